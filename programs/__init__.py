@@ -1,0 +1,1 @@
+"""Simulation programs (absl flags)."""

@@ -1,0 +1,62 @@
+"""End-to-end tests of `python -m programs.run` as a user runs it."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _run(args, timeout=300):
+  env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL='2')
+  # Piped through `cat`: an orphaned TFF worker holding stdout open would
+  # make this hang until the timeout (field guide pitfall 10).
+  cmd = ' '.join([sys.executable, '-m', 'programs.run'] + args) + ' 2>&1 | cat'
+  return subprocess.run(['bash', '-o', 'pipefail', '-c', cmd], cwd=ROOT,
+                        env=env, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def test_list_names_everything():
+  proc = _run(['--list'])
+  assert proc.returncode == 0, proc.stdout
+  for name in ('fedavg', 'nofl', 'digits', 'mnist', 'dirichlet', 'shards',
+               'fedavg_cnn', 'mobilenet_v2', 'resnet18'):
+    assert name in proc.stdout
+
+
+def test_two_algorithms_write_outputs_and_return_through_a_pipe(tmp_path):
+  out = tmp_path / 'run'
+  proc = _run(['--algorithm=fedavg,nofl', '--dataset=iris',
+               '--partition=iid', '--num_clients=3', '--clients_per_round=2',
+               '--rounds=2', '--model=mlp', '--batch_size=8',
+               '--learning_rate=0.1', '--progress=false',
+               f'--output_dir={out}'])
+  assert proc.returncode == 0, proc.stdout[-3000:]
+  assert '| fedavg |' in proc.stdout and '| nofl |' in proc.stdout
+  for algo in ('fedavg', 'nofl'):
+    summary = json.loads((out / algo / 'summary.json').read_text())
+    assert summary['algorithm'] == algo
+    assert summary['config']['num_clients'] == 3
+    assert 0.0 <= summary['final_round']['personal/accuracy_mean'] <= 1.0
+    rounds = pd.read_csv(out / algo / 'rounds.csv')
+    assert list(rounds['round']) == [1, 2]
+    clients = pd.read_csv(out / algo / 'clients.csv')
+    assert len(clients) == 2 * 3          # every client, every evaluation
+  assert (out / 'partition.json').exists()
+  assert (out / 'comparison.md').exists()
+
+
+def test_bad_input_fails_with_a_clear_message(tmp_path):
+  proc = _run(['--algorithm=fedavgg', f'--output_dir={tmp_path}'])
+  assert proc.returncode != 0
+  assert "unknown algorithm 'fedavgg'" in proc.stdout
+  proc = _run(['--dataset=iris', '--num_clients=3', '--clients_per_round=5',
+               f'--output_dir={tmp_path}', '--progress=false'])
+  assert proc.returncode != 0
+  assert 'clients_per_round=5' in proc.stdout

@@ -1,0 +1,116 @@
+"""Switch tests for FedProx, FedPer, FedRep and Ditto.
+
+Each method's key term must change the result, and each degenerates to the
+method it extends exactly when its switch is off.
+"""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_pfl.algorithms import ditto
+from tff_pfl.algorithms import fedavg
+from tff_pfl.algorithms import fedper
+from tff_pfl.algorithms import fedprox
+from tff_pfl.algorithms import fedrep
+from tff_pfl.algorithms import registry
+
+from tests.tff_pfl import conftest as helpers
+
+SPEC = helpers.make_spec()
+W0 = SPEC.initial_weights(seed=3)
+ARRAYS = helpers.make_client_arrays(3)
+DATA = [helpers.to_dataset(x, y) for x, y in ARRAYS]
+
+
+def _run(build, rounds=1, lr=0.1, epochs=3, **kwargs):
+  process = build(SPEC, initial_weights=W0, local_epochs=epochs,
+                  client_optimizer=tff.learning.optimizers.build_sgdm(lr),
+                  **kwargs)
+  state = process.initialize()
+  states = [process.initial_client_state(str(i)) for i in range(3)]
+  for _ in range(rounds):
+    state, states, _ = process.next(state, states, DATA)
+  return process, state, states
+
+
+def _distance(a, b):
+  return float(np.sqrt(sum(np.sum((np.asarray(x) - np.asarray(y))**2)
+                           for x, y in zip(a, b))))
+
+
+def test_fedprox_larger_mu_pulls_towards_global_and_zero_is_fedavg():
+  distances = []
+  for mu in (0.0, 1.0, 10.0):
+    _, state, _ = _run(fedprox.build_fedprox, mu=mu)
+    distances.append(_distance(state.global_model_weights.trainable,
+                               W0.trainable))
+  # With one round, distance(global_1, w0) is the averaged client drift.
+  assert distances[0] > distances[1] > distances[2] > 0
+  _, avg, _ = _run(fedavg.build_fedavg)
+  np.testing.assert_allclose(
+      _distance(avg.global_model_weights.trainable, W0.trainable),
+      distances[0], rtol=1e-5)
+  with pytest.raises(ValueError, match='mu'):
+    fedprox.build_fedprox(SPEC, initial_weights=W0, mu=-1.0,
+                          client_optimizer=tff.learning.optimizers.build_sgdm(
+                              0.1))
+
+
+def test_fedper_heads_differ_and_global_head_never_moves():
+  process, state, states = _run(fedper.build_fedper, rounds=2)
+  n = SPEC.num_head_variables()
+  assert n == 2
+  heads = [s.head for s in states]
+  assert not np.allclose(heads[0][0], heads[1][0])
+  for got, init in zip(state.global_model_weights.trainable[-n:],
+                       W0.trainable[-n:]):
+    np.testing.assert_array_equal(got, init)
+  # The body is shared and trained.
+  assert not np.allclose(state.global_model_weights.trainable[0],
+                         W0.trainable[0])
+  stats = process.evaluate(state, states, DATA)
+  assert set(stats) == {'personal', 'global'}
+  personal = [s['loss_sum'] for s in stats['personal']]
+  global_ = [s['loss_sum'] for s in stats['global']]
+  assert not np.allclose(personal, global_)
+
+
+def test_fedrep_trains_head_then_body_and_differs_from_fedper():
+  _, rep, rep_states = _run(fedrep.build_fedrep, head_epochs=2)
+  _, per, per_states = _run(fedper.build_fedper)
+  assert not np.allclose(rep_states[0].head[0], per_states[0].head[0])
+  assert not np.allclose(rep.global_model_weights.trainable[0],
+                         per.global_model_weights.trainable[0])
+  # The head update uses the *global* body: with a frozen body, training
+  # only the head of client 0 from the initial model reproduces it.
+  model = helpers.eager_sgd(SPEC, W0, DATA[0], epochs=2, lr=0.1, num_last=2)
+  # The body epochs then leave the head alone.
+  np.testing.assert_allclose(rep_states[0].head[0],
+                             model.trainable_variables[-2].numpy(),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_ditto_lambda_zero_is_local_training_and_lambda_pulls():
+  _, _, free = _run(ditto.build_ditto, lambda_=0.0)
+  model = helpers.eager_sgd(SPEC, W0, DATA[2], epochs=3, lr=0.1)
+  for got, want in zip(free[2].personal_weights.trainable,
+                       model.trainable_variables):
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+  _, _, pulled = _run(ditto.build_ditto, lambda_=5.0)
+  d_free = _distance(free[2].personal_weights.trainable, W0.trainable)
+  d_pulled = _distance(pulled[2].personal_weights.trainable, W0.trainable)
+  assert d_pulled < d_free
+
+
+def test_registry_builds_every_algorithm_and_rejects_unknown_params():
+  for name in registry.ALGORITHMS:
+    process = registry.build(
+        name, SPEC, initial_weights=W0,
+        client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+        local_epochs=1, learning_rate_decay=1.0)
+    assert process.name == name
+  with pytest.raises(ValueError, match="does not take \\['mu'\\]"):
+    registry.build('ditto', SPEC, initial_weights=W0, mu=1.0,
+                   client_optimizer=tff.learning.optimizers.build_sgdm(0.1))

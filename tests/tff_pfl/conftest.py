@@ -1,0 +1,73 @@
+"""Small models and client datasets shared by the tff_pfl tests."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_pfl.core import model_spec
+from tff_pfl.core import runtime
+
+NUM_FEATURES = 4
+NUM_CLASSES = 3
+
+
+def make_spec(batch_norm: bool = False) -> model_spec.ModelSpec:
+  def keras_model_fn():
+    layers = [tf.keras.layers.InputLayer((NUM_FEATURES,)),
+              tf.keras.layers.Dense(8, activation='relu')]
+    if batch_norm:
+      layers.append(tf.keras.layers.BatchNormalization())
+    layers.append(tf.keras.layers.Dense(NUM_CLASSES))
+    return tf.keras.Sequential(layers)
+  return model_spec.ModelSpec(
+      keras_model_fn,
+      collections.OrderedDict(
+          x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+          y=tf.TensorSpec([None], tf.int64)),
+      'classification', NUM_CLASSES)
+
+
+def make_client_arrays(num_clients: int, n: int = 24, seed: int = 0):
+  """Non-IID toy data: client i's features are shifted by i."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(num_clients):
+    x = (rng.normal(size=(n, NUM_FEATURES)) + i).astype(np.float32)
+    y = ((x[:, 0] > i).astype(np.int64) + (i % 2)) % NUM_CLASSES
+    out.append((x, y))
+  return out
+
+
+def to_dataset(x, y, batch_size=8):
+  return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x, y=y)).batch(batch_size)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def tff_context():
+  runtime.ensure_context()
+  yield
+  runtime.shutdown()
+
+
+def eager_sgd(spec, weights, dataset, *, epochs, lr, num_last=None):
+  """Reference: plain eager mini-batch SGD from `weights`.
+
+  Trains all trainable variables, or only the last `num_last` of them.
+  Returns the trained Keras model.
+  """
+  from tff_pfl.core import model_spec as model_spec_lib  # pylint: disable=g-import-not-at-top
+  model = spec.keras_model_fn()
+  model_spec_lib.assign_weights(model, weights)
+  variables = model.trainable_variables
+  if num_last is not None:
+    variables = variables[-num_last:]
+  for _ in range(epochs):
+    for batch in dataset:
+      with tf.GradientTape() as tape:
+        loss = spec.loss(batch['y'], model(batch['x'], training=True))
+      for v, g in zip(variables, tape.gradient(loss, variables)):
+        v.assign_sub(lr * g)
+  return model

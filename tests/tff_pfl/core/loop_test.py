@@ -1,0 +1,75 @@
+"""Tests for tff_pfl.core.loop (with FedAvg and No-FL as the processes)."""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_pfl.algorithms import fedavg
+from tff_pfl.algorithms import nofl
+from tff_pfl.core import client_state
+from tff_pfl.core import loop
+from tff_pfl.core import sampling
+
+from tests.tff_pfl import conftest as helpers
+
+IDS = [f'client_{i:03d}' for i in range(4)]
+
+
+def _dataset_fn(arrays):
+  by_id = dict(zip(IDS, arrays))
+
+  def fn(client_id, round_num, split):
+    del round_num, split
+    return helpers.to_dataset(*by_id[client_id])
+  return fn
+
+
+def test_evaluates_every_client_and_names_best_rounds():
+  spec = helpers.make_spec()
+  process = nofl.build_nofl(
+      spec, initial_weights=spec.initial_weights(0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+  store = client_state.MemoryStore(process.initial_client_state)
+  sampler = sampling.ParticipationStream(IDS, clients_per_round=2, seed=0)
+  seen = []
+  result = loop.run(process, client_ids=IDS,
+                    dataset_fn=_dataset_fn(helpers.make_client_arrays(4)),
+                    sampler=sampler, rounds=4, store=store, eval_every=2,
+                    progress=lambda r, row: seen.append(r))
+  assert seen == [1, 2, 3, 4]
+  # Rounds 2 and 4 evaluate all 4 clients, not only the 2 sampled ones.
+  assert len(result.clients) == 8
+  assert {r['client'] for r in result.clients} == set(IDS)
+  assert [r['round'] for r in result.rounds] == [1, 2, 3, 4]
+  assert 'test/personal/accuracy_mean' in result.rounds[1]
+  assert 'test/personal/accuracy_mean' not in result.rounds[0]
+  assert result.final['round'] == 4
+  assert result.best_test['round'] in (2, 4)
+  assert result.best_val is None
+  # Only sampled clients were trained: participation counts add up to 2*4.
+  counts = [int(store.get(c).num_participations) for c in IDS]
+  assert sum(counts) == 8
+  for r in range(1, 5):
+    assert sorted(sampler.sample(r)) == sampler.sample(r)
+
+
+def test_all_clients_diverging_raises_and_keeps_states():
+  spec = helpers.make_spec()
+  process = fedavg.build_fedavg(
+      spec, initial_weights=spec.initial_weights(0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+  store = client_state.MemoryStore(process.initial_client_state)
+  bad = [(np.full_like(x, np.nan), y)
+         for x, y in helpers.make_client_arrays(4)]
+  with pytest.raises(loop.NonFiniteError, match='round 1'):
+    loop.run(process, client_ids=IDS, dataset_fn=_dataset_fn(bad),
+             sampler=sampling.ParticipationStream(IDS, clients_per_round=4,
+                                                  seed=0),
+             rounds=2, store=store)
+  assert list(store.client_ids()) == []   # nothing diverged was stored
+
+
+def test_derive_seed_is_stable_and_distinct():
+  assert loop.derive_seed(0, 1, 'a') == loop.derive_seed(0, 1, 'a')
+  assert loop.derive_seed(0, 1, 'a') != loop.derive_seed(0, 2, 'a')
+  assert 0 <= loop.derive_seed('x') < 2**31

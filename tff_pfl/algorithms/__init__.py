@@ -1,0 +1,1 @@
+"""One module per algorithm; `registry` maps names to builders."""

@@ -1,0 +1,1 @@
+"""The stateful personalized-FL core shared by every algorithm."""

@@ -1,0 +1,312 @@
+"""The personalized process: an iterative process with client state.
+
+TFF's `LearningProcess` has `next(state@SERVER, data@CLIENTS)` and no
+per-client state. Every method in the papers keeps something on each client
+between rounds (a personal model, a head, a discriminator, stored
+predictions, a control variate), so a `PersonalizedProcess` has
+
+    initialize: ( -> ServerState@SERVER)
+    next:       (<ServerState@SERVER, C@CLIENTS, {D*}@CLIENTS>
+                 -> <server_state=ServerState@SERVER, client_states=C@CLIENTS,
+                     metrics=M@SERVER>)
+    evaluate:   (<ServerState@SERVER, C@CLIENTS, {D*}@CLIENTS>
+                 -> <personal=E@CLIENTS[, global=E@CLIENTS]>)
+
+and the Python driver (`tff_pfl.core.loop`) keeps the client states in a
+store between rounds. `next` is composed like `tff.learning.templates.
+compose_learning_process`, from swappable pieces:
+
+1. distribution: a `tff.learning.templates.DistributionProcess` that sends
+   `Broadcast(model_weights, round_num)` to the clients;
+2. client work: a `ClientWork` whose `update` computation maps
+   `(Broadcast, C, {D*}) -> ClientOutput(update, update_weight,
+   client_state, metrics)`;
+3. aggregation: a `tff.aggregators` weighted factory over `update`
+   (omitted for methods without a global model, e.g. No-FL);
+4. finalization: a `tff.learning.templates.FinalizerProcess` that turns the
+   aggregate into the new global weights.
+
+Because `next` returns CLIENTS-placed values it cannot run under
+`tff.program`'s native context, `run_training_process` or MapReduce form
+(field guide section 2): it is a simulation process driven by our own loop.
+"""
+
+import collections
+from collections.abc import Callable
+import dataclasses
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_pfl.core import model_spec as model_spec_lib
+from tff_pfl.templates import evaluation
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+class ServerState(NamedTuple):
+  """Server state of every personalized process."""
+  global_model_weights: Any
+  distributor: Any
+  aggregator: Any
+  finalizer: Any
+  round_num: Any
+
+
+class Broadcast(NamedTuple):
+  """What the server sends to each sampled client."""
+  model_weights: Any
+  round_num: Any
+
+
+class ClientOutput(NamedTuple):
+  """What a client's update computation returns.
+
+  Attributes:
+    update: the value aggregated at the server (ignored without aggregation).
+    update_weight: its float32 aggregation weight (0 drops the client).
+    client_state: the client's new state, kept in the store.
+    metrics: `OrderedDict` of float32 sums, summed over clients.
+  """
+  update: Any
+  update_weight: Any
+  client_state: Any
+  metrics: Any
+
+
+class RoundOutput(NamedTuple):
+  server_state: Any
+  client_states: Any
+  metrics: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientWork:
+  """An algorithm's client side.
+
+  Attributes:
+    update: `tff.tensorflow.computation` of type
+      `(<Broadcast, C, {D*}> -> ClientOutput)`.
+    state_type: the TFF type `C` of the client state.
+    initial_state: `client_id -> C` as NumPy values, used the first time a
+      client is seen.
+    personal_weights: TensorFlow function `(global ModelWeights, C) ->
+      ModelWeights` giving the client's personalized model; `None` when the
+      personalized model is the global model (FedAvg, FedProx).
+  """
+  update: tff.Computation
+  state_type: tff.Type
+  initial_state: Callable[[str], Any]
+  personal_weights: Optional[Callable[[Any, Any], Any]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PersonalizedProcess:
+  """A compiled personalized process and what the driver needs to run it."""
+  initialize: tff.Computation
+  next: tff.Computation
+  evaluate: tff.Computation
+  initial_client_state: Callable[[str], Any]
+  has_global_model: bool
+  name: str = ''
+
+  def get_model_weights(self, server_state: ServerState) -> Any:
+    return server_state.global_model_weights
+
+
+def _as_model_weights(value: Any) -> ModelWeights:
+  return ModelWeights(trainable=list(value.trainable),
+                      non_trainable=list(value.non_trainable))
+
+
+def compose_personalized_process(
+    spec: model_spec_lib.ModelSpec,
+    initial_weights: ModelWeights,
+    client_work: ClientWork,
+    *,
+    aggregator_factory: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
+    finalizer: Optional[tff.learning.templates.FinalizerProcess] = None,
+    distributor: Optional[tff.learning.templates.DistributionProcess] = None,
+    name: str = '',
+) -> PersonalizedProcess:
+  """Composes a `PersonalizedProcess` from its pieces.
+
+  Args:
+    spec: the model spec (types and the Keras builder for evaluation).
+    initial_weights: seeded initial global weights (NumPy `ModelWeights`).
+    client_work: the algorithm's client side.
+    aggregator_factory: weighted factory for `ClientOutput.update`; `None`
+      means the method has no global model (the global weights never change
+      and `finalizer` must be `None` too).
+    finalizer: turns the aggregate into new global weights; required when
+      `aggregator_factory` is given.
+    distributor: broadcasts `Broadcast`; default plain broadcast.
+    name: the algorithm's name, for reports.
+
+  Returns:
+    A `PersonalizedProcess`.
+  """
+  if (aggregator_factory is None) != (finalizer is None):
+    raise ValueError('aggregator_factory and finalizer go together: give '
+                     'both (a method with a global model) or neither.')
+  weights_type = spec.weights_type()
+  data_type = spec.data_type()
+  state_type = client_work.state_type
+  broadcast_type = tff.types.tensorflow_to_type(
+      Broadcast(model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  if distributor is None:
+    distributor = tff.learning.templates.build_broadcast_process(
+        broadcast_type)
+
+  update_sig = client_work.update.type_signature
+  output_type = update_sig.result
+  tff.test.assert_type_assignable_from(update_sig.parameter[0], broadcast_type)
+  tff.test.assert_type_assignable_from(update_sig.parameter[1], state_type)
+
+  if aggregator_factory is not None:
+    aggregator = aggregator_factory.create(
+        output_type.update, tff.TensorType(np.float32))
+    if not aggregator.is_weighted:
+      raise TypeError('the aggregator must be weighted.')
+  else:
+    aggregator = None
+
+  frozen = initial_weights
+
+  @tff.tensorflow.computation
+  def initial_weights_fn():
+    return tf.nest.map_structure(tf.constant, frozen)
+
+  @tff.federated_computation
+  def initialize_fn():
+    empty = tff.federated_value((), tff.SERVER)
+    return tff.federated_zip(ServerState(
+        global_model_weights=tff.federated_eval(initial_weights_fn,
+                                                tff.SERVER),
+        distributor=distributor.initialize(),
+        aggregator=(aggregator.initialize() if aggregator else empty),
+        finalizer=(finalizer.initialize() if finalizer else empty),
+        round_num=tff.federated_value(np.int32(0), tff.SERVER)))
+
+  server_state_type = initialize_fn.type_signature.result
+  clients_state_type = tff.FederatedType(state_type, tff.CLIENTS)
+  clients_data_type = tff.FederatedType(data_type, tff.CLIENTS)
+
+  @tff.tensorflow.computation(np.int32)
+  def increment(round_num):
+    return round_num + 1
+
+  metrics_type = output_type.metrics
+
+  @tff.federated_computation(server_state_type, clients_state_type,
+                             clients_data_type)
+  def next_fn(server_state, client_states, client_data):
+    broadcast_value = tff.federated_zip(Broadcast(
+        model_weights=server_state.global_model_weights,
+        round_num=server_state.round_num))
+    dist = distributor.next(server_state.distributor, broadcast_value)
+    outputs = tff.federated_map(client_work.update,
+                                (dist.result, client_states, client_data))
+    metrics = collections.OrderedDict(
+        client_work=tff.federated_sum(outputs.metrics))
+    if aggregator is not None:
+      agg = aggregator.next(server_state.aggregator, outputs.update,
+                            outputs.update_weight)
+      fin = finalizer.next(server_state.finalizer,
+                           server_state.global_model_weights, agg.result)
+      new_weights, agg_state, fin_state = fin.result, agg.state, fin.state
+      metrics['aggregator'] = agg.measurements
+      metrics['finalizer'] = fin.measurements
+    else:
+      new_weights = server_state.global_model_weights
+      agg_state, fin_state = server_state.aggregator, server_state.finalizer
+    new_state = tff.federated_zip(ServerState(
+        global_model_weights=new_weights,
+        distributor=dist.state,
+        aggregator=agg_state,
+        finalizer=fin_state,
+        round_num=tff.federated_map(increment, server_state.round_num)))
+    return RoundOutput(new_state, outputs.client_state,
+                       tff.federated_zip(metrics))
+
+  del metrics_type
+  evaluate_fn = _build_evaluate(spec, weights_type, data_type, state_type,
+                                server_state_type, client_work,
+                                has_global=aggregator is not None)
+  return PersonalizedProcess(
+      initialize=initialize_fn, next=next_fn, evaluate=evaluate_fn,
+      initial_client_state=client_work.initial_state,
+      has_global_model=aggregator is not None, name=name)
+
+
+def _build_evaluate(spec, weights_type, data_type, state_type,
+                    server_state_type, client_work, *, has_global):
+  """Evaluation of every given client's personal (and global) model."""
+
+  @tf.function
+  def evaluate_weights(model, weights, dataset):
+    model_spec_lib.assign_weights(model, weights)
+    return evaluation.evaluate_model(spec, model, dataset)
+
+  @tff.tensorflow.computation(weights_type, data_type)
+  def eval_global(weights, dataset):
+    model = spec.keras_model_fn()
+    return evaluate_weights(model, _as_model_weights(weights), dataset)
+
+  personal_fn = client_work.personal_weights
+
+  def eval_personal(weights, client_state, dataset):
+    model = spec.keras_model_fn()
+    personal = personal_fn(_as_model_weights(weights), client_state)
+    return evaluate_weights(model, _as_model_weights(personal), dataset)
+
+  if personal_fn is not None:
+    eval_personal = tff.tensorflow.computation(
+        eval_personal, weights_type, state_type, data_type)
+
+  @tff.federated_computation(server_state_type,
+                             tff.FederatedType(state_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def evaluate_fn(server_state, client_states, client_data):
+    weights = tff.federated_broadcast(server_state.global_model_weights)
+    out = collections.OrderedDict()
+    if personal_fn is not None:
+      out['personal'] = tff.federated_map(
+          eval_personal, (weights, client_states, client_data))
+    if has_global:
+      out['global'] = tff.federated_map(eval_global, (weights, client_data))
+    return out
+
+  return evaluate_fn
+
+
+def compose_with_global_model(
+    spec: model_spec_lib.ModelSpec,
+    initial_weights: ModelWeights,
+    client_work: ClientWork,
+    *,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    aggregator_factory: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
+    name: str = '',
+) -> PersonalizedProcess:
+  """Composes a delta-uploading method with FedAvg's server side.
+
+  The server averages `ClientOutput.update` (a `ModelWeights`-shaped
+  pseudo-gradient plus BN statistics) with `aggregator_factory` (default
+  example-weighted `MeanFactory`) and applies it with `server_optimizer`
+  (default SGD at learning rate 1, i.e. plain averaging) through
+  `finalizers.build_optimizer_and_average_finalizer`.
+  """
+  from tff_pfl.templates import finalizers  # pylint: disable=g-import-not-at-top
+  if server_optimizer is None:
+    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  return compose_personalized_process(
+      spec, initial_weights, client_work,
+      aggregator_factory=aggregator_factory or tff.aggregators.MeanFactory(),
+      finalizer=finalizers.build_optimizer_and_average_finalizer(
+          server_optimizer, spec.weights_type()),
+      name=name)

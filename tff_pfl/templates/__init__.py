@@ -1,0 +1,1 @@
+"""Reusable TensorFlow pieces that algorithms compose."""
