@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 from typing import Any
 
+from tff_pfl.algorithms import afedcl
 from tff_pfl.algorithms import ditto
 from tff_pfl.algorithms import fedala
 from tff_pfl.algorithms import fedavg
@@ -51,6 +52,10 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = {
         'fedala', fedala.build_fedala,
         'FedALA (Zhang et al. 2023): adaptive local aggregation; eta, '
         'rand_percent, layer_idx, threshold'),
+    'afedcl': AlgorithmInfo(
+        'afedcl', afedcl.build_afedcl,
+        'AFedCL (afedcl.txt): adversarial consensus, L_D-weighted '
+        'aggregation, adaptive fusion; lambda_, dcc, caa, aff'),
     'nofl': AlgorithmInfo(
         'nofl', nofl.build_nofl,
         'No-FL: each client trains only on its own data',

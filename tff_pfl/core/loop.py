@@ -221,6 +221,10 @@ def run(
         round=r, clients=len(cohort),
         train_loss=float(cw['loss_sum']) / max(float(cw['num_examples']), 1.0),
         non_finite_clients=n_bad, round_seconds=times[-1])
+    for key, value in cw.items():     # method-specific sums, e.g. AFedCL L_D
+      if key not in ('loss_sum', 'num_examples', 'non_finite', 'extra_sum'):
+        row[f'train/{key}_client_mean'] = float(value) / max(
+            len(cohort) - n_bad, 1)
     if r % eval_every == 0 or r == rounds:
       summary, rows = evaluate_all(process, server_state, store, client_ids,
                                    dataset_fn, 'test', r)

@@ -95,11 +95,22 @@ class ClientWork:
     personal_weights: TensorFlow function `(global ModelWeights, C) ->
       ModelWeights` giving the client's personalized model; `None` when the
       personalized model is the global model (FedAvg, FedProx).
+    personal_eval: for personalized models that are not one Keras model of
+      the spec (e.g. AFedCL's fusion of two encoders): a function
+      `(global ModelWeights, C, dataset) -> evaluation statistics`, called
+      inside a `tff.tensorflow.computation` body, so it may build Keras
+      models (see `templates.evaluation`). Takes precedence over
+      `personal_weights`.
+    global_model_evaluable: False when the global weights are not a usable
+      classifier on their own (e.g. FedPer's global head is never trained),
+      so that no "global" metrics are reported.
   """
   update: tff.Computation
   state_type: tff.Type
   initial_state: Callable[[str], Any]
   personal_weights: Optional[Callable[[Any, Any], Any]] = None
+  personal_eval: Optional[Callable[[Any, Any, Any], Any]] = None
+  global_model_evaluable: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +179,7 @@ def compose_personalized_process(
 
   if aggregator_factory is not None:
     aggregator = aggregator_factory.create(
-        output_type.update, tff.TensorType(np.float32))
+        output_type.update, output_type.update_weight)
     if not aggregator.is_weighted:
       raise TypeError('the aggregator must be weighted.')
   else:
@@ -233,13 +244,14 @@ def compose_personalized_process(
                        tff.federated_zip(metrics))
 
   del metrics_type
+  has_global = aggregator is not None and client_work.global_model_evaluable
   evaluate_fn = _build_evaluate(spec, weights_type, data_type, state_type,
                                 server_state_type, client_work,
-                                has_global=aggregator is not None)
+                                has_global=has_global)
   return PersonalizedProcess(
       initialize=initialize_fn, next=next_fn, evaluate=evaluate_fn,
       initial_client_state=client_work.initial_state,
-      has_global_model=aggregator is not None, name=name)
+      has_global_model=has_global, name=name)
 
 
 def _build_evaluate(spec, weights_type, data_type, state_type,
@@ -263,9 +275,20 @@ def _build_evaluate(spec, weights_type, data_type, state_type,
     personal = personal_fn(_as_model_weights(weights), client_state)
     return evaluate_weights(model, _as_model_weights(personal), dataset)
 
-  if personal_fn is not None:
+  if client_work.personal_eval is not None:
+    def eval_custom(weights, client_state, dataset):
+      return client_work.personal_eval(_as_model_weights(weights),
+                                       client_state, dataset)
+    eval_personal = tff.tensorflow.computation(
+        eval_custom, weights_type, state_type, data_type)
+    personal_fn = True
+  elif personal_fn is not None:
     eval_personal = tff.tensorflow.computation(
         eval_personal, weights_type, state_type, data_type)
+  if personal_fn is None and not has_global:
+    raise ValueError('a method without a usable global model must define '
+                     'its personalized model (personal_weights or '
+                     'personal_eval).')
 
   @tff.federated_computation(server_state_type,
                              tff.FederatedType(state_type, tff.CLIENTS),

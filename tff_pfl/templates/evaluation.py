@@ -10,15 +10,21 @@ macro-F1, MAE and RMSE, and summaries over clients, from one pass:
 """
 
 import collections
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from tff_pfl.core import model_spec as model_spec_lib
 
 
-def evaluate_model(spec: model_spec_lib.ModelSpec, model: tf.keras.Model,
+def evaluate_model(spec: model_spec_lib.ModelSpec, model: Callable[..., Any],
                    dataset: tf.data.Dataset) -> collections.OrderedDict:
-  """Runs `model` (inference mode) over `dataset`; returns statistics."""
+  """Runs `model(x, training=False)` over `dataset`; returns statistics.
+
+  `model` is a Keras model or any callable with that signature (e.g. a
+  personalized model fusing two encoders).
+  """
   k = spec.num_outputs
   if spec.task == 'classification':
     init = collections.OrderedDict(

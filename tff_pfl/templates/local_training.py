@@ -25,6 +25,8 @@ from tff_pfl.core import model_spec as model_spec_lib
 
 # extra_loss_fn(model, batch, outputs) -> scalar added to the task loss.
 ExtraLossFn = Callable[[tf.keras.Model, Any, tf.Tensor], tf.Tensor]
+# forward_fn(batch) -> (outputs, extra loss scalar).
+ForwardFn = Callable[[Any], tuple[tf.Tensor, tf.Tensor]]
 
 
 def train_model(
@@ -37,6 +39,7 @@ def train_model(
     variables: Optional[Sequence[tf.Variable]] = None,
     extra_loss_fn: Optional[ExtraLossFn] = None,
     learning_rate: Optional[tf.Tensor] = None,
+    forward_fn: Optional[ForwardFn] = None,
 ) -> collections.OrderedDict:
   """Trains `variables` of `model` in place; returns loss and example sums.
 
@@ -50,12 +53,19 @@ def train_model(
     extra_loss_fn: optional extra loss term, see `ExtraLossFn`.
     learning_rate: optional scalar that overrides the optimizer's learning
       rate hyperparameter for this call (used for per-round decay).
+    forward_fn: optional `batch -> (outputs, extra_loss)` replacing
+      `model(batch['x'])` and `extra_loss_fn`, for methods whose forward pass
+      is not the spec's model alone (e.g. AFedCL's discriminator or fused
+      features); `variables` must then be given.
 
   Returns:
-    `OrderedDict(loss_sum=float32, num_examples=float32)` summed over every
-    batch of every epoch (task loss only, weighted by batch size).
+    `OrderedDict(loss_sum, extra_sum, num_examples)` (float32) summed over
+    every batch of every epoch, weighted by batch size: the task loss and
+    the extra loss term.
   """
   if variables is None:
+    if forward_fn is not None:
+      raise ValueError('train_model with forward_fn needs variables.')
     variables = model.trainable_variables
   variables = list(variables)
   specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in variables)
@@ -66,15 +76,18 @@ def train_model(
     opt_state = optimizer.set_hparams(opt_state, hparams)
 
   def step(state, batch):
-    opt_state, loss_sum, num = state
+    opt_state, loss_sum, extra_sum, num = state
     with tf.GradientTape() as tape:
-      outputs = model(batch['x'], training=True)
+      if forward_fn is not None:
+        outputs, extra = forward_fn(batch)
+      else:
+        outputs = model(batch['x'], training=True)
+        extra = (extra_loss_fn(model, batch, outputs) if extra_loss_fn
+                 else tf.constant(0.0))
       task_loss = spec.loss(batch['y'], outputs)
-      loss = task_loss
-      if model.losses:
+      loss = task_loss + extra
+      if model is not None and model.losses:
         loss += tf.add_n(model.losses)
-      if extra_loss_fn is not None:
-        loss += extra_loss_fn(model, batch, outputs)
     grads = tape.gradient(loss, variables)
     grads = [tf.zeros_like(v) if g is None else g
              for v, g in zip(variables, grads)]
@@ -83,17 +96,19 @@ def train_model(
     for v, w in zip(variables, new_weights):
       v.assign(w)
     n = tf.cast(tf.shape(batch['y'])[0], tf.float32)
-    return opt_state, loss_sum + task_loss * n, num + n
+    return (opt_state, loss_sum + task_loss * n, extra_sum + extra * n,
+            num + n)
 
   # An explicit while_loop (not `for _ in tf.range`) so that correctness
   # never depends on AutoGraph converting this function.
   def epoch(i, state):
     return i + 1, dataset.reduce(state, step)
 
-  state = (opt_state, tf.constant(0.0), tf.constant(0.0))
+  state = (opt_state, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0))
   _, state = tf.while_loop(lambda i, _: i < tf.cast(epochs, tf.int32), epoch,
                            (tf.constant(0), state))
-  return collections.OrderedDict(loss_sum=state[1], num_examples=state[2])
+  return collections.OrderedDict(loss_sum=state[1], extra_sum=state[2],
+                                 num_examples=state[3])
 
 
 def all_finite(structure: Any) -> tf.Tensor:

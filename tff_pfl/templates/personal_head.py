@@ -89,4 +89,5 @@ def build_personal_head_client_work(
 
   return process_lib.ClientWork(update=update, state_type=state_type,
                                 initial_state=initial_state,
-                                personal_weights=personal_weights)
+                                personal_weights=personal_weights,
+                                global_model_evaluable=False)

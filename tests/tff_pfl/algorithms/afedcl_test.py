@@ -1,0 +1,121 @@
+"""Tests for tff_pfl.algorithms.afedcl (afedcl.txt Eqs. 4-11)."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+import keras_models
+from tff_pfl.algorithms import afedcl
+from tff_pfl.core import model_spec
+from tff_pfl.templates import fusion
+
+from tests.tff_pfl import conftest as helpers
+
+
+def _spec():
+  return model_spec.ModelSpec(
+      lambda: keras_models.build_model('mlp', (helpers.NUM_FEATURES,),
+                                       helpers.NUM_CLASSES,
+                                       encoder_options={'hidden': (8,)}),
+      collections.OrderedDict(
+          x=tf.TensorSpec([None, helpers.NUM_FEATURES], tf.float32),
+          y=tf.TensorSpec([None], tf.int64)),
+      'classification', helpers.NUM_CLASSES)
+
+
+SPEC = _spec()
+W0 = SPEC.initial_weights(seed=4)
+ARRAYS = helpers.make_client_arrays(3)
+DATA = [helpers.to_dataset(x, y) for x, y in ARRAYS]
+N_ENC = 2   # the MLP encoder's kernel and bias
+
+
+def _run(rounds=1, **kwargs):
+  kwargs.setdefault('local_epochs', 2)
+  process = afedcl.build_afedcl(
+      SPEC, initial_weights=W0,
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1), **kwargs)
+  state = process.initialize()
+  states = [process.initial_client_state(str(i)) for i in range(3)]
+  for _ in range(rounds):
+    state, states, metrics = process.next(state, states, DATA)
+  return process, state, states, metrics
+
+
+def test_all_switches_off_is_local_training():
+  _, state, states, _ = _run(lambda_=0.0, dcc=False, caa=False, aff=False)
+  model = helpers.eager_sgd(SPEC, W0, DATA[1], epochs=2, lr=0.1)
+  for got, want in zip(states[1].model_weights.trainable,
+                       model.trainable_variables):
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+  # The server still averages the uploaded encoders (by sample counts).
+  assert not np.allclose(state.global_model_weights.trainable[0],
+                         W0.trainable[0])
+
+
+def test_consensus_aware_aggregation_is_eq8():
+  _, state, states, metrics = _run(lambda_=1.0, aff=False)
+  ld = np.array([float(s.discrimination_loss) for s in states])
+  assert np.all(ld > 0) and not np.allclose(ld, ld[0])
+  for i in range(N_ENC):
+    expected = sum(l * s.model_weights.trainable[i]
+                   for l, s in zip(ld, states)) / ld.sum()
+    np.testing.assert_allclose(state.global_model_weights.trainable[i],
+                               expected, rtol=1e-5, atol=1e-6)
+  # The classifier is never shared: the global head stays at W0.
+  np.testing.assert_array_equal(state.global_model_weights.trainable[-1],
+                                W0.trainable[-1])
+  assert metrics['aggregator']['fell_back_to_counts'] == 0
+  assert metrics['client_work']['discrimination_loss'] == pytest.approx(
+      ld.sum(), rel=1e-5)
+
+
+@pytest.mark.parametrize('switch', ['dcc', 'caa', 'aff'])
+def test_each_switch_changes_the_result(switch):
+  _, on_state, on, _ = _run(rounds=2, lambda_=1.0)
+  _, off_state, off, _ = _run(rounds=2, lambda_=1.0, **{switch: False})
+  if switch == 'caa':      # only the aggregation differs
+    assert not np.allclose(on_state.global_model_weights.trainable[0],
+                           off_state.global_model_weights.trainable[0])
+  else:
+    assert not np.allclose(on[0].model_weights.trainable[0],
+                           off[0].model_weights.trainable[0])
+  if switch == 'aff':      # without stage 2 the fusion weight never moves
+    assert float(off[0].fusion_logit) == 0.0
+    assert float(on[0].fusion_logit) != 0.0
+
+
+def test_personalized_model_is_the_fused_model():
+  process, state, states, _ = _run(rounds=2)
+  stats = process.evaluate(state, states, DATA)
+  assert set(stats) == {'personal'}
+  a = float(fusion.fusion_weight(states[0].fusion_logit))
+  assert 0.0 < a < 1.0
+  local = SPEC.keras_model_fn()
+  model_spec.assign_weights(local, states[0].model_weights)
+  glob = SPEC.keras_model_fn()
+  model_spec.assign_weights(glob, state.global_model_weights)
+  x, y = ARRAYS[0]
+  f = (a * glob.get_layer('encoder')(x) +
+       (1 - a) * local.get_layer('encoder')(x))
+  logits = local.get_layer('head')(f)
+  loss = float(tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(
+      y, logits, from_logits=True)))
+  assert stats['personal'][0]['loss_sum'] == pytest.approx(loss, rel=1e-4)
+
+
+def test_bad_arguments():
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  with pytest.raises(ValueError, match='lambda_'):
+    afedcl.build_afedcl(SPEC, initial_weights=W0, client_optimizer=opt,
+                        lambda_=-1.0)
+  with pytest.raises(ValueError, match='initial_fusion_weight'):
+    afedcl.build_afedcl(SPEC, initial_weights=W0, client_optimizer=opt,
+                        initial_fusion_weight=1.0)
+  plain = helpers.make_spec()
+  with pytest.raises(ValueError, match="'encoder' and 'head'"):
+    afedcl.build_afedcl(plain, initial_weights=plain.initial_weights(0),
+                        client_optimizer=opt)

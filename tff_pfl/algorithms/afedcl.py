@@ -1,0 +1,292 @@
+"""AFedCL: adversarial federated consensus learning (afedcl.txt, Section IV).
+
+Per client k, persistent across rounds (Algorithm 1, line 11): the local
+encoder E_k and classifier C_k (together W_k), a discriminator D_k (two dense
+layers) and the fusion weight A_k = sigmoid(a_k). Each round t, given the
+global encoder E_G^t (frozen on the client):
+
+Stage 1, dynamic consensus construction (DCC), `local_epochs` epochs:
+  L_C = CE(C_k(E_k(x)), y)                                         (Eq. 4)
+  L_D = 1/(2|S|) [sum BCE(D_k(E_k(x)), 0) + sum BCE(D_k(E_G(x)), 1)] (Eq. 5)
+  E_k <- E_k - alpha (dL_C/dE_k - lambda dL_D/dE_k)                 (Eq. 7)
+  C_k <- C_k - alpha dL_C/dC_k,   D_k <- D_k - alpha dL_D/dD_k   (Alg. 1)
+  The encoder's -lambda dL_D comes from a gradient reversal layer
+  (`keras_models.reverse_gradient`) between E_k and D_k; D_k itself gets
+  dL_D unscaled (Algorithm 1, line 15).
+Upload E_k and L_D^k (mean over stage 1); the server forms
+  E_G^{t+1} = sum_k L_D^k E_k / sum_k L_D^k                         (Eq. 8)
+  with `templates.weighted_aggregation.ScoreWeightedMeanFactory` (scores
+  sanitised and clipped; sample-count fallback when they sum to zero).
+Stage 2, adaptive feature fusion (AFF), `local_epochs` epochs:
+  f = A_k E_G(x) + (1 - A_k) E_k(x)                                 (Eq. 9)
+  minimise L_C' = CE(C_k(f), y) over E_k, C_k and a_k          (Eqs. 10-11)
+The personalized model that is evaluated is x -> C_k(A_k E_G(x) + (1-A_k)
+E_k(x)) with the current global encoder.
+
+Ablation switches (Fig. 10): `dcc=False` removes the L_D gradient from the
+encoder (the paper's "sub-experiment": D_k still trains and L_D is still
+reported); `caa=False` aggregates with sample-count weights; `aff=False`
+skips stage 2 and evaluates C_k(E_k(x)). With all three off, W_k is trained
+on L_C alone from its own previous values: plain local training, while the
+server averages the uploaded encoders (tested).
+
+Defaults: lambda = 0.1 (the paper picks lambda from {0.01, 0.1, 1} per data
+set), A_k starts at 0.5 (a_k = 0), discriminator hidden width 256 (the paper
+says "two dense layers" without widths), L_D clip bound 10 (our choice:
+ln 2 ~ 0.69 is the loss of a discriminator that cannot tell the features
+apart). The global model's classifier is never trained, so only the
+personalized (fused) model is evaluated. The paper trains with Adam (lr 1e-3,
+beta1 0.9): pass `tff.learning.optimizers.build_adam(1e-3)`.
+"""
+
+import collections
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+import keras_models
+from tff_pfl.core import model_spec as model_spec_lib
+from tff_pfl.core import process as process_lib
+from tff_pfl.templates import client_works
+from tff_pfl.templates import evaluation
+from tff_pfl.templates import fusion
+from tff_pfl.templates import local_training
+from tff_pfl.templates import weighted_aggregation
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+class AFedCLClientState(NamedTuple):
+  model_weights: Any            # W_k = (E_k, C_k), full ModelWeights
+  discriminator: Any            # D_k trainable tensors
+  fusion_logit: Any             # a_k, A_k = sigmoid(a_k)
+  discrimination_loss: Any      # L_D^k of the last round (for Fig. 5)
+  num_participations: Any
+
+
+def _split(spec: model_spec_lib.ModelSpec):
+  """Feature dim, and counts of encoder trainable/non-trainable tensors."""
+  with tf.Graph().as_default():
+    model = spec.keras_model_fn()
+    try:
+      encoder = model.get_layer('encoder')
+      model.get_layer('head')
+    except ValueError as e:
+      raise ValueError('AFedCL needs a model from keras_models.build_model '
+                       "with 'encoder' and 'head' sub-models.") from e
+    return (int(encoder.output_shape[-1]), len(encoder.trainable_weights),
+            len(encoder.non_trainable_weights))
+
+
+def build_afedcl(
+    spec: model_spec_lib.ModelSpec,
+    *,
+    initial_weights: ModelWeights,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    local_epochs: int = 1,
+    learning_rate_decay: float = 1.0,
+    lambda_: float = 0.1,
+    dcc: bool = True,
+    caa: bool = True,
+    aff: bool = True,
+    initial_fusion_weight: float = 0.5,
+    discriminator_hidden: int = 256,
+    max_discrimination_loss: float = 10.0,
+    seed: int = 0,
+) -> process_lib.PersonalizedProcess:
+  """Builds AFedCL; see the module docstring for the method and switches.
+
+  Args:
+    spec: model spec whose Keras model has 'encoder' and 'head' sub-models.
+    initial_weights: seeded initial weights of (E, C).
+    client_optimizer: TFF optimizer for both stages (paper: Adam 1e-3).
+    server_optimizer: applied to the aggregated encoder delta; default SGD
+      at 1.0, i.e. E_G^{t+1} is exactly the weighted mean of Eq. 8.
+    local_epochs: epochs of each stage (paper: 3).
+    learning_rate_decay: per-round client learning-rate decay.
+    lambda_: gradient-reversal weight lambda >= 0 (Eq. 7).
+    dcc, caa, aff: the ablation switches.
+    initial_fusion_weight: A_k at the start, in (0, 1).
+    discriminator_hidden: width of D_k's hidden layer.
+    max_discrimination_loss: clip bound of reported L_D values.
+    seed: seeds the discriminators' initial weights.
+  """
+  if lambda_ < 0:
+    raise ValueError(f'AFedCL lambda_ must be >= 0, got {lambda_}.')
+  if not 0.0 < initial_fusion_weight < 1.0:
+    raise ValueError('initial_fusion_weight must be in (0, 1), got '
+                     f'{initial_fusion_weight}.')
+  if local_epochs < 1:
+    raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
+  feature_dim, n_enc, n_enc_nt = _split(spec)
+  grl_weight = float(lambda_) if dcc else 0.0
+
+  def make_discriminator():
+    return keras_models.build_discriminator(feature_dim,
+                                            hidden=discriminator_hidden)
+
+  tf.keras.utils.set_random_seed(int(seed) + 7919)
+  init_disc = [np.array(v.numpy())
+               for v in make_discriminator().trainable_weights]
+  init_logit = np.float32(np.log(initial_fusion_weight /
+                                 (1.0 - initial_fusion_weight)))
+
+  weights_type = spec.weights_type()
+  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
+      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  state_type = tff.types.tensorflow_to_type(AFedCLClientState(
+      model_weights=weights_type,
+      discriminator=[tf.TensorSpec(v.shape, v.dtype) for v in init_disc],
+      fusion_logit=tf.TensorSpec([], tf.float32),
+      discrimination_loss=tf.TensorSpec([], tf.float32),
+      num_participations=tf.TensorSpec([], tf.int32)))
+
+  def assign_global_encoder(global_model, weights):
+    encoder = global_model.get_layer('encoder')
+    for v, w in zip(encoder.trainable_weights, weights.trainable[:n_enc]):
+      v.assign(w)
+    for v, w in zip(encoder.non_trainable_weights,
+                    weights.non_trainable[:n_enc_nt]):
+      v.assign(w)
+
+  def lr_for(round_num):
+    if learning_rate_decay == 1.0:
+      return None
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in init_disc)
+    base = tf.convert_to_tensor(client_optimizer.get_hparams(
+        client_optimizer.initialize(specs))['learning_rate'], tf.float32)
+    return base * tf.pow(tf.constant(learning_rate_decay),
+                         tf.cast(round_num, tf.float32))
+
+  @tf.function
+  def client_update(local_model, global_model, disc, logit, global_weights,
+                    state, dataset, round_num):
+    start = process_lib._as_model_weights(state.model_weights)  # pylint: disable=protected-access
+    model_spec_lib.assign_weights(local_model, start)
+    assign_global_encoder(global_model, global_weights)
+    for v, w in zip(disc.trainable_weights, state.discriminator):
+      v.assign(w)
+    logit.assign(state.fusion_logit)
+    enc_l = local_model.get_layer('encoder')
+    head = local_model.get_layer('head')
+    enc_g = global_model.get_layer('encoder')
+    learning_rate = lr_for(round_num)
+
+    # Stage 1: dynamic consensus construction (Eqs. 4-7).
+    def dcc_forward(batch):
+      f_l = enc_l(batch['x'], training=True)
+      f_g = tf.stop_gradient(enc_g(batch['x'], training=False))
+      d_l = disc(keras_models.reverse_gradient(f_l, grl_weight))
+      d_g = disc(f_g)
+      return head(f_l, training=True), fusion.discrimination_loss(d_l, d_g)
+
+    stage1 = local_training.train_model(
+        spec, local_model, client_optimizer, dataset, local_epochs,
+        variables=(enc_l.trainable_variables + head.trainable_variables +
+                   disc.trainable_variables),
+        forward_fn=dcc_forward, learning_rate=learning_rate)
+    after_dcc = model_spec_lib.read_weights(local_model)
+    ld = stage1['extra_sum'] / tf.maximum(stage1['num_examples'], 1.0)
+
+    # Stage 2: adaptive feature fusion (Eqs. 9-11).
+    if aff:
+      def aff_forward(batch):
+        f = fusion.fuse(enc_g(batch['x'], training=False),
+                        enc_l(batch['x'], training=True), logit)
+        return head(f, training=True), tf.constant(0.0)
+
+      stage2 = local_training.train_model(
+          spec, local_model, client_optimizer, dataset, local_epochs,
+          variables=(enc_l.trainable_variables + head.trainable_variables +
+                     [logit]),
+          forward_fn=aff_forward, learning_rate=learning_rate)
+      loss_sum = stage1['loss_sum'] + stage2['loss_sum']
+      num = stage1['num_examples'] + stage2['num_examples']
+    else:
+      loss_sum, num = stage1['loss_sum'], stage1['num_examples']
+    final = model_spec_lib.read_weights(local_model)
+    new_disc = [tf.identity(v) for v in disc.trainable_variables]
+    new_logit = tf.identity(logit)
+    finite = tf.logical_and(
+        local_training.all_finite((final, new_disc, new_logit, after_dcc)),
+        tf.logical_and(tf.math.is_finite(loss_sum), tf.math.is_finite(ld)))
+
+    # Upload E_k after stage 1 (Algorithm 1, line 17) as a pseudo-gradient
+    # from E_G; the classifier part of the delta is zero (never shared).
+    delta = client_works.model_delta(global_weights, after_dcc)
+    delta = ModelWeights(
+        trainable=(list(delta.trainable[:n_enc]) +
+                   [tf.zeros_like(t) for t in delta.trainable[n_enc:]]),
+        non_trainable=list(delta.non_trainable))
+    delta = local_training.select(finite, delta,
+                                  client_works.zeros_like_weights(start))
+    weight = weighted_aggregation.ScoreWeight(
+        score=tf.where(finite, ld, 0.0),
+        num_examples=tf.where(finite, stage1['num_examples'] /
+                              float(local_epochs), 0.0))
+    new_state = AFedCLClientState(
+        model_weights=local_training.select(finite, final, start),
+        discriminator=local_training.select(finite, new_disc,
+                                            list(state.discriminator)),
+        fusion_logit=tf.where(finite, new_logit, state.fusion_logit),
+        discrimination_loss=tf.where(finite, ld, state.discrimination_loss),
+        num_participations=state.num_participations + 1)
+    metrics = collections.OrderedDict(
+        loss_sum=tf.where(finite, loss_sum, 0.0), num_examples=num,
+        non_finite=1.0 - tf.cast(finite, tf.float32),
+        discrimination_loss=tf.where(finite, ld, 0.0),
+        fusion_weight=fusion.fusion_weight(new_state.fusion_logit))
+    return process_lib.ClientOutput(delta, weight, new_state, metrics)
+
+  @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())
+  def update(broadcast, state, dataset):
+    local_model = spec.keras_model_fn()
+    global_model = spec.keras_model_fn()
+    disc = make_discriminator()
+    logit = tf.Variable(0.0, dtype=tf.float32, name='fusion_logit')
+    return client_update(
+        local_model, global_model, disc, logit,
+        process_lib._as_model_weights(broadcast.model_weights),  # pylint: disable=protected-access
+        state, dataset, broadcast.round_num)
+
+  @tf.function
+  def fused_eval(local_model, global_model, global_weights, state, dataset):
+    model_spec_lib.assign_weights(
+        local_model, process_lib._as_model_weights(state.model_weights))  # pylint: disable=protected-access
+    assign_global_encoder(global_model, global_weights)
+    enc_l = local_model.get_layer('encoder')
+    head = local_model.get_layer('head')
+    enc_g = global_model.get_layer('encoder')
+
+    def predict(x, training=False):
+      if not aff:
+        return head(enc_l(x, training=training), training=training)
+      f = fusion.fuse(enc_g(x, training=False), enc_l(x, training=training),
+                      state.fusion_logit)
+      return head(f, training=training)
+
+    return evaluation.evaluate_model(spec, predict, dataset)
+
+  def personal_eval(global_weights, client_state, dataset):
+    return fused_eval(spec.keras_model_fn(), spec.keras_model_fn(),
+                      global_weights, client_state, dataset)
+
+  def initial_state(client_id: str) -> AFedCLClientState:
+    del client_id
+    return AFedCLClientState(
+        model_weights=tf.nest.map_structure(np.copy, initial_weights),
+        discriminator=[np.copy(v) for v in init_disc],
+        fusion_logit=init_logit, discrimination_loss=np.float32(0.0),
+        num_participations=np.int32(0))
+
+  work = process_lib.ClientWork(
+      update=update, state_type=state_type, initial_state=initial_state,
+      personal_eval=personal_eval, global_model_evaluable=False)
+  return process_lib.compose_with_global_model(
+      spec, initial_weights, work, server_optimizer=server_optimizer,
+      aggregator_factory=weighted_aggregation.ScoreWeightedMeanFactory(
+          max_score=max_discrimination_loss, use_score=caa),
+      name='afedcl')
