@@ -9,10 +9,10 @@ install:
 	@bash scripts/install.sh
 
 demo: install
-	$(PY) -m programs.run --algorithm=fedavg,nofl --dataset=digits \
+	$(PY) -m programs.run --algorithm=fedavg,nofl,afedcl --dataset=digits \
 	  --partition=dirichlet --alpha=0.3 --num_clients=10 --clients_per_round=10 \
 	  --rounds=10 --local_epochs=2 --model=mlp --batch_size=20 \
-	  --output_dir=/tmp/tff_pfl_demo --seed=0
+	  --output_dir=/tmp/tff_pfl_demo --seed=0 --noresume --progress=false
 
 test: install
 	$(PY) -m pytest -q

@@ -72,6 +72,7 @@ class RunResult:
     seconds_per_round: mean training wall time per round, excluding the
       first round (tracing and worker start-up).
     server_state: the final server state.
+    store: the client-state store, holding every client's final state.
   """
   rounds: list[dict[str, Any]]
   clients: list[dict[str, Any]]
@@ -81,6 +82,7 @@ class RunResult:
   seconds_per_round: float
   first_round_seconds: float
   server_state: Any
+  store: Any = None
 
 
 async def _release(managers: Sequence[Any], row: dict[str, Any],
@@ -264,4 +266,4 @@ def run(
                    best_val=best_val, best_test=best_test or final,
                    seconds_per_round=float(np.mean(later)),
                    first_round_seconds=times[0],
-                   server_state=server_state)
+                   server_state=server_state, store=store)

@@ -1,0 +1,317 @@
+r"""AFedCL paper grid: Table II and Figs. 4, 5, 8 and 10 (afedcl.txt, Sec. V).
+
+Runs every (partition, shots, seed, method) cell of a grid with the paper's
+setting (5 clients, all sampled every round, Adam 1e-3, 3 local epochs,
+k training samples per client) and writes, under --output_dir:
+
+  table2.md / table2.csv   mean +/- std over seeds of the final mean
+                           personalized accuracy and macro-F1, per method and
+                           (partition, shots); missing cells are listed
+  fig4_discrimination.png  mean L_D per round, AFedCL with and without DCC
+  fig5_ld_vs_fusion.png    final L_D^k vs A_k over clients, regression line
+  fig8_lambda.png          accuracy of AFedCL and Ditto over --lambdas
+  fig10_ablation.png       AFedCL without DCC / CAA / AFF vs full
+
+Methods are names from `programs.run --list`, optionally with parameters:
+`afedcl:dcc=0`, `ditto:lambda_=0.01`. Every cell is a resumable run in
+`DIR/<partition>_k<shots>/seed<seed>/<method>/`; a finished cell (its
+summary.json exists) is not run again, so the program can be stopped and
+restarted at will. Example (the paper's NEU-CLS rows; hours on 2 cores):
+
+  python -m programs.afedcl_tables --dataset=neu_cls --data_dir=DATA \
+    --image_size=64 --model=mobilenet_v2 --model_options='{"alpha": 0.35}' \
+    --partitions=disjoint:2,dirichlet:0.1 --shots=5,10,20 --seeds=0,1,2 \
+    --rounds=200 --output_dir=runs/afedcl_neu
+"""
+
+import collections
+import copy
+import json
+import os
+import re
+import sys
+import time
+
+from absl import app
+from absl import flags
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# TensorFlow must be imported before app.run (see programs/run.py).
+import numpy as np
+import tensorflow as tf  # pylint: disable=unused-import
+
+from tff_pfl import experiment
+from tff_pfl.algorithms import registry as algorithms
+from tff_pfl.templates import fusion
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('dataset', 'neu_cls', 'Data set name.')
+flags.DEFINE_string('data_dir', None, 'Folder with the data files.')
+flags.DEFINE_integer('image_size', 64, 'Image side for image-folder data.')
+flags.DEFINE_list('partitions', ['disjoint:2', 'dirichlet:0.1'],
+                  'disjoint:<classes per client> or dirichlet:<alpha>.')
+flags.DEFINE_list('shots', ['5', '10', '20'], 'Training samples per client.')
+flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds.')
+flags.DEFINE_list('methods', ['afedcl', 'nofl', 'fedavg', 'fedprox', 'fedper',
+                              'fedrep', 'ditto', 'fedala'],
+                  'Methods (name[:param=value;...]).')
+flags.DEFINE_list('ablation', ['afedcl:dcc=0', 'afedcl:caa=0',
+                               'afedcl:aff=0'],
+                  'AFedCL ablation variants run for Figs. 4 and 10.')
+flags.DEFINE_list('lambdas', [], 'If given, lambda sweep for AFedCL and '
+                  'Ditto (Fig. 8), e.g. 0.01,0.1,1.')
+flags.DEFINE_integer('num_clients', 5, 'Clients (paper: 5).')
+flags.DEFINE_integer('rounds', 200, 'Rounds (paper: 200).')
+flags.DEFINE_integer('local_epochs', 3, 'Local epochs (paper: 3).')
+flags.DEFINE_integer('batch_size', 8, 'Batch size.')
+flags.DEFINE_string('model', 'mobilenet_v2', 'Encoder.')
+flags.DEFINE_string('model_options', '{}', 'JSON encoder options.')
+flags.DEFINE_enum('optimizer', 'adam', ['adam', 'sgd'], 'Client optimizer.')
+flags.DEFINE_float('learning_rate', 1e-3, 'Client learning rate.')
+flags.DEFINE_float('afedcl_lambda', 0.1, 'AFedCL lambda for the table.')
+flags.DEFINE_integer('eval_every', 10, 'Evaluate every N rounds.')
+flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+
+_SAFE = re.compile(r'[^A-Za-z0-9_.=-]+')
+
+
+def parse_method(text: str) -> tuple[str, dict]:
+  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...})."""
+  name, _, params = text.partition(':')
+  if name not in algorithms.ALGORITHMS:
+    raise app.UsageError(f'unknown method {name!r}; known: '
+                         f'{sorted(algorithms.ALGORITHMS)}.')
+  out = {}
+  for item in filter(None, params.split(';')):
+    key, _, value = item.partition('=')
+    out[key] = json.loads(value) if value not in ('', None) else None
+    if key in ('dcc', 'caa', 'aff'):
+      out[key] = bool(out[key])
+  return name, out
+
+
+def parse_partition(text: str) -> tuple[str, dict]:
+  kind, _, value = text.partition(':')
+  if kind == 'disjoint':
+    return kind, {'classes_per_client': int(value or 2)}
+  if kind == 'dirichlet':
+    return kind, {'alpha': float(value or 0.1), 'min_samples': 1}
+  raise app.UsageError(f'partition must be disjoint:<c> or dirichlet:<alpha>'
+                       f', got {text!r}.')
+
+
+def cell_dir(partition: str, shots: int, seed: int, method: str) -> str:
+  return os.path.join(FLAGS.output_dir, _SAFE.sub('_', f'{partition}_k{shots}'),
+                      f'seed{seed}', _SAFE.sub('_', method))
+
+
+def run_cell(config, data, method: str, out: str) -> None:
+  name, params = parse_method(method)
+  if name == 'afedcl':
+    params = dict({'lambda_': FLAGS.afedcl_lambda, 'seed': config.seed},
+                  **params)
+  cfg = copy.deepcopy(config)
+  cfg.algorithm_params = {name: params}
+  t0 = time.time()
+  result = experiment.run_algorithm(
+      cfg, data, name, checkpoint_dir=os.path.join(out, 'checkpoints'),
+      checkpoint_every=max(1, FLAGS.eval_every),
+      metrics_dir=os.path.join(out, 'metrics'))
+  experiment.write_outputs(out, cfg, method, result, data.partition)
+  if name == 'afedcl':      # per-client final L_D and A_k for Fig. 5
+    rows = []
+    for cid in data.client_ids:
+      s = result.store.get(cid)
+      rows.append({'client': cid,
+                   'discrimination_loss': float(s.discrimination_loss),
+                   'fusion_weight': float(fusion.fusion_weight(
+                       s.fusion_logit))})
+    with open(os.path.join(out, 'afedcl_clients.json'), 'w') as f:
+      json.dump(rows, f, indent=1)
+  print(f'{out}: acc {result.final["personal/accuracy_mean"]:.4f} '
+        f'({time.time() - t0:.0f}s)', flush=True)
+
+
+def load_summary(out: str):
+  path = os.path.join(out, 'summary.json')
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_table(methods, partitions, shots, seeds) -> list[str]:
+  """Writes table2.md/csv; returns the missing cells."""
+  header = ['method'] + [f'{p} k={k}' for p in partitions for k in shots]
+  md = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  csv_rows, missing = [], []
+  for method in methods:
+    cells = [method]
+    for p in partitions:
+      for k in shots:
+        acc, f1 = [], []
+        for s in seeds:
+          summary = load_summary(cell_dir(p, k, s, method))
+          if summary is None:
+            missing.append(f'{method} {p} k={k} seed={s}')
+            continue
+          acc.append(100 * summary['final_round']['personal/accuracy_mean'])
+          f1.append(100 * summary['final_round']['personal/macro_f1_mean'])
+        if acc:
+          cells.append(f'{np.mean(acc):.2f} ± {np.std(acc):.2f} '
+                       f'(F1 {np.mean(f1):.2f}; n={len(acc)})')
+          csv_rows.append([method, p, k, np.mean(acc), np.std(acc),
+                           np.mean(f1), np.std(f1), len(acc)])
+        else:
+          cells.append('-')
+    md.append('| ' + ' | '.join(cells) + ' |')
+  with open(os.path.join(FLAGS.output_dir, 'table2.md'), 'w') as f:
+    f.write('\n'.join(md) + '\n')
+    if missing:
+      f.write('\nMissing runs: ' + ', '.join(missing) + '\n')
+  with open(os.path.join(FLAGS.output_dir, 'table2.csv'), 'w') as f:
+    f.write('method,partition,shots,acc_mean,acc_std,f1_mean,f1_std,seeds\n')
+    for r in csv_rows:
+      f.write(','.join(str(v) for v in r) + '\n')
+  return missing
+
+
+def write_figures(partitions, shots, seeds) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  p, k, s = partitions[0], shots[0], seeds[0]
+
+  def rounds_of(method):
+    path = os.path.join(cell_dir(p, k, s, method), 'rounds.csv')
+    return pd.read_csv(path) if os.path.exists(path) else None
+
+  # Fig. 4: L_D per round with and without DCC.
+  key = 'train/discrimination_loss_client_mean'
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  for method, label in (('afedcl', 'AFedCL'), ('afedcl:dcc=0', 'w/o DCC')):
+    df = rounds_of(method)
+    if df is not None and key in df:
+      ax.plot(df['round'], df[key], label=label)
+  ax.set_xlabel('round')
+  ax.set_ylabel('discrimination loss $L_D$')
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(os.path.join(FLAGS.output_dir, 'fig4_discrimination.png'))
+  plt.close(fig)
+
+  # Fig. 5: final L_D^k vs A_k over all AFedCL cells, with a fitted line.
+  xs, ys = [], []
+  for part in partitions:
+    for shot in shots:
+      for seed in seeds:
+        path = os.path.join(cell_dir(part, shot, seed, 'afedcl'),
+                            'afedcl_clients.json')
+        if os.path.exists(path):
+          with open(path) as f:
+            for row in json.load(f):
+              xs.append(row['discrimination_loss'])
+              ys.append(row['fusion_weight'])
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  if xs:
+    ax.scatter(xs, ys, s=12)
+    if len(set(xs)) > 1:
+      slope, icpt = np.polyfit(xs, ys, 1)
+      grid = np.linspace(min(xs), max(xs), 10)
+      ax.plot(grid, slope * grid + icpt, 'r-',
+              label=f'fit: A = {slope:.3f} L_D + {icpt:.3f}')
+      ax.legend()
+  ax.set_xlabel('final discrimination loss $L_D^k$')
+  ax.set_ylabel('fusion weight $A_k$')
+  fig.tight_layout()
+  fig.savefig(os.path.join(FLAGS.output_dir, 'fig5_ld_vs_fusion.png'))
+  plt.close(fig)
+
+  # Fig. 10: ablation bars (mean over seeds at the first partition/shots).
+  labels, values = [], []
+  for method, label in (('afedcl', 'full'), ('afedcl:dcc=0', 'w/o DCC'),
+                        ('afedcl:caa=0', 'w/o CAA'),
+                        ('afedcl:aff=0', 'w/o AFF')):
+    accs = [load_summary(cell_dir(p, k, seed, method)) for seed in seeds]
+    accs = [100 * a['final_round']['personal/accuracy_mean']
+            for a in accs if a]
+    if accs:
+      labels.append(label)
+      values.append(np.mean(accs))
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  ax.bar(labels, values)
+  ax.set_ylabel('mean personalized accuracy (%)')
+  fig.tight_layout()
+  fig.savefig(os.path.join(FLAGS.output_dir, 'fig10_ablation.png'))
+  plt.close(fig)
+
+  # Fig. 8: lambda sensitivity of AFedCL and Ditto.
+  if FLAGS.lambdas:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name in ('afedcl', 'ditto'):
+      xs, ys = [], []
+      for lam in FLAGS.lambdas:
+        summary = load_summary(cell_dir(p, k, s, f'{name}:lambda_={lam}'))
+        if summary:
+          xs.append(float(lam))
+          ys.append(100 * summary['final_round']['personal/accuracy_mean'])
+      if xs:
+        ax.plot(xs, ys, 'o-', label=name)
+    ax.set_xscale('log')
+    ax.set_xlabel('lambda')
+    ax.set_ylabel('mean personalized accuracy (%)')
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.output_dir, 'fig8_lambda.png'))
+    plt.close(fig)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if not FLAGS.output_dir:
+    raise app.UsageError('--output_dir is required.')
+  for m in FLAGS.methods + FLAGS.ablation:
+    parse_method(m)
+  shots = [int(k) for k in FLAGS.shots]
+  seeds = [int(s) for s in FLAGS.seeds]
+  lambda_variants = [f'{n}:lambda_={lam}' for lam in FLAGS.lambdas
+                     for n in ('afedcl', 'ditto')]
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  t0 = time.time()
+  for partition in FLAGS.partitions:
+    kind, params = parse_partition(partition)
+    for k in shots:
+      for seed in seeds:
+        config = experiment.ExperimentConfig(
+            dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
+            dataset_options=({'image_size': FLAGS.image_size}
+                             if FLAGS.dataset in ('neu_cls', 'cifar10')
+                             else {}),
+            partition=kind, partition_params=params,
+            num_clients=FLAGS.num_clients,
+            clients_per_round=FLAGS.num_clients, max_train_samples=k,
+            model=FLAGS.model, model_options=json.loads(FLAGS.model_options),
+            rounds=FLAGS.rounds, local_epochs=FLAGS.local_epochs,
+            batch_size=FLAGS.batch_size, optimizer=FLAGS.optimizer,
+            learning_rate=FLAGS.learning_rate, eval_every=FLAGS.eval_every,
+            seed=seed)
+        data = experiment.prepare(config)
+        extra = FLAGS.ablation if (partition, k) == (FLAGS.partitions[0],
+                                                     shots[0]) else []
+        extra += lambda_variants if (partition, k) == (
+            FLAGS.partitions[0], shots[0]) and seed == seeds[0] else []
+        for method in FLAGS.methods + extra:
+          out = cell_dir(partition, k, seed, method)
+          if load_summary(out) is None:
+            run_cell(config, data, method, out)
+        write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
+  missing = write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
+  write_figures(FLAGS.partitions, shots, seeds)
+  print(open(os.path.join(FLAGS.output_dir, 'table2.md')).read())
+  print(f'done in {time.time() - t0:.0f}s; missing cells: {len(missing)}')
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)
