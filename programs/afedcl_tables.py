@@ -297,10 +297,12 @@ def main(argv):
             learning_rate=FLAGS.learning_rate, eval_every=FLAGS.eval_every,
             seed=seed)
         data = experiment.prepare(config)
-        extra = FLAGS.ablation if (partition, k) == (FLAGS.partitions[0],
-                                                     shots[0]) else []
-        extra += lambda_variants if (partition, k) == (
-            FLAGS.partitions[0], shots[0]) and seed == seeds[0] else []
+        # Ablation (all seeds) and lambda sweep (first seed) run only at the
+        # first (partition, shots) cell. Fresh lists: never alias the flags.
+        first_cell = (partition, k) == (FLAGS.partitions[0], shots[0])
+        extra = list(FLAGS.ablation) if first_cell else []
+        if first_cell and seed == seeds[0]:
+          extra += lambda_variants
         for method in FLAGS.methods + extra:
           out = cell_dir(partition, k, seed, method)
           if load_summary(out) is None:
