@@ -59,6 +59,8 @@ flags.DEFINE_string('partition_file', None, 'Load this saved partition JSON '
 flags.DEFINE_integer('num_clients', 10, 'Number of clients.')
 flags.DEFINE_integer('clients_per_round', None, 'Clients sampled per round '
                      '(default: all).')
+flags.DEFINE_float('participation_rate', None, 'Fraction of clients sampled '
+                   'per round, e.g. 0.1 (alternative to --clients_per_round).')
 flags.DEFINE_float('train_fraction', 0.75, 'Per-client training fraction.')
 flags.DEFINE_float('val_fraction', 0.0, 'Per-client validation fraction.')
 flags.DEFINE_float('test_fraction', 0.25, 'Per-client test fraction.')
@@ -110,6 +112,18 @@ def _print_list() -> None:
     print(f'  {name:16s} [{kind}] {desc}')
 
 
+def _clients_per_round() -> int:
+  if FLAGS.participation_rate is not None:
+    if FLAGS.clients_per_round is not None:
+      raise app.UsageError('give --clients_per_round or --participation_rate,'
+                           ' not both.')
+    if not 0.0 < FLAGS.participation_rate <= 1.0:
+      raise app.UsageError('--participation_rate must be in (0, 1], got '
+                           f'{FLAGS.participation_rate}.')
+    return max(1, int(round(FLAGS.participation_rate * FLAGS.num_clients)))
+  return FLAGS.clients_per_round or FLAGS.num_clients
+
+
 def _config_from_flags():
   partition_params = {
       'iid': {},
@@ -133,7 +147,7 @@ def _config_from_flags():
       dataset_options=dataset_options, pool_test=FLAGS.pool_test,
       partition=FLAGS.partition, partition_params=partition_params,
       partition_file=FLAGS.partition_file, num_clients=FLAGS.num_clients,
-      clients_per_round=FLAGS.clients_per_round or FLAGS.num_clients,
+      clients_per_round=_clients_per_round(),
       train_fraction=FLAGS.train_fraction, val_fraction=FLAGS.val_fraction,
       test_fraction=FLAGS.test_fraction,
       max_train_samples=FLAGS.max_train_samples, model=FLAGS.model,

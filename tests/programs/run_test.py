@@ -60,3 +60,10 @@ def test_bad_input_fails_with_a_clear_message(tmp_path):
                f'--output_dir={tmp_path}', '--progress=false'])
   assert proc.returncode != 0
   assert 'clients_per_round=5' in proc.stdout
+
+
+def test_participation_rate_is_validated(tmp_path):
+  proc = _run(['--dataset=iris', '--num_clients=3', '--participation_rate=1.5',
+               f'--output_dir={tmp_path}', '--progress=false'])
+  assert proc.returncode != 0
+  assert '--participation_rate must be in (0, 1]' in proc.stdout
