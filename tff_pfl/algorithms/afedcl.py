@@ -152,15 +152,6 @@ def build_afedcl(
                     weights.non_trainable[:n_enc_nt]):
       v.assign(w)
 
-  def lr_for(round_num):
-    if learning_rate_decay == 1.0:
-      return None
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in init_disc)
-    base = tf.convert_to_tensor(client_optimizer.get_hparams(
-        client_optimizer.initialize(specs))['learning_rate'], tf.float32)
-    return base * tf.pow(tf.constant(learning_rate_decay),
-                         tf.cast(round_num, tf.float32))
-
   @tf.function
   def client_update(local_model, global_model, disc, logit, global_weights,
                     state, dataset, round_num):
@@ -173,7 +164,9 @@ def build_afedcl(
     enc_l = local_model.get_layer('encoder')
     head = local_model.get_layer('head')
     enc_g = global_model.get_layer('encoder')
-    learning_rate = lr_for(round_num)
+    learning_rate = client_works.decayed_learning_rate(
+        client_optimizer, learning_rate_decay, round_num,
+        disc.trainable_variables)
 
     # Stage 1: dynamic consensus construction (Eqs. 4-7).
     def dcc_forward(batch):

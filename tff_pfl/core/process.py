@@ -281,11 +281,12 @@ def _build_evaluate(spec, weights_type, data_type, state_type,
                                        client_state, dataset)
     eval_personal = tff.tensorflow.computation(
         eval_custom, weights_type, state_type, data_type)
-    personal_fn = True
   elif personal_fn is not None:
     eval_personal = tff.tensorflow.computation(
         eval_personal, weights_type, state_type, data_type)
-  if personal_fn is None and not has_global:
+  has_personal = (client_work.personal_eval is not None
+                  or personal_fn is not None)
+  if not has_personal and not has_global:
     raise ValueError('a method without a usable global model must define '
                      'its personalized model (personal_weights or '
                      'personal_eval).')
@@ -296,7 +297,7 @@ def _build_evaluate(spec, weights_type, data_type, state_type,
   def evaluate_fn(server_state, client_states, client_data):
     weights = tff.federated_broadcast(server_state.global_model_weights)
     out = collections.OrderedDict()
-    if personal_fn is not None:
+    if has_personal:
       out['personal'] = tff.federated_map(
           eval_personal, (weights, client_states, client_data))
     if has_global:

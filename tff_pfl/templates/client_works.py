@@ -73,14 +73,8 @@ def build_local_update(
   @tf.function
   def local_update(model, start_weights, dataset, round_num, anchor=None):
     model_spec_lib.assign_weights(model, start_weights)
-    learning_rate = None
-    if learning_rate_decay != 1.0:
-      specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                    for v in model.trainable_variables)
-      base = tf.convert_to_tensor(optimizer.get_hparams(
-          optimizer.initialize(specs))['learning_rate'], tf.float32)
-      learning_rate = base * tf.pow(tf.constant(learning_rate_decay),
-                                    tf.cast(round_num, tf.float32))
+    learning_rate = decayed_learning_rate(
+        optimizer, learning_rate_decay, round_num, model.trainable_variables)
     anchor = start_weights if anchor is None else anchor
     extra = extra_loss_fn(anchor) if extra_loss_fn else None
     variables = None
@@ -99,6 +93,22 @@ def build_local_update(
     return LocalResult(weights, metrics, finite)
 
   return local_update
+
+
+def decayed_learning_rate(
+    optimizer: tff.learning.optimizers.Optimizer, decay: float,
+    round_num: tf.Tensor, variables: Any) -> Optional[tf.Tensor]:
+  """`lr * decay**round_num`, or None when `decay` is 1 (no override).
+
+  `lr` is the optimizer's own learning rate; `variables` only give the
+  shapes its `initialize` needs to expose its hyperparameters.
+  """
+  if decay == 1.0:
+    return None
+  specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in variables)
+  base = tf.convert_to_tensor(optimizer.get_hparams(
+      optimizer.initialize(specs))['learning_rate'], tf.float32)
+  return base * tf.pow(tf.constant(decay), tf.cast(round_num, tf.float32))
 
 
 def model_delta(start: Any, final: Any) -> ModelWeights:
