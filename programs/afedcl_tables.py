@@ -25,10 +25,8 @@ restarted at will. Example (the paper's NEU-CLS rows; hours on 2 cores):
 """
 
 import collections
-import copy
 import json
 import os
-import re
 import sys
 import time
 
@@ -39,8 +37,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import numpy as np
 import tensorflow as tf  # pylint: disable=unused-import
 
+from programs import grid
 from tff_pfl import experiment
-from tff_pfl.algorithms import registry as algorithms
 from tff_pfl.templates import fusion
 
 FLAGS = flags.FLAGS
@@ -71,22 +69,8 @@ flags.DEFINE_float('afedcl_lambda', 0.1, 'AFedCL lambda for the table.')
 flags.DEFINE_integer('eval_every', 10, 'Evaluate every N rounds.')
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
 
-_SAFE = re.compile(r'[^A-Za-z0-9_.=-]+')
-
-
-def parse_method(text: str) -> tuple[str, dict]:
-  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...})."""
-  name, _, params = text.partition(':')
-  if name not in algorithms.ALGORITHMS:
-    raise app.UsageError(f'unknown method {name!r}; known: '
-                         f'{sorted(algorithms.ALGORITHMS)}.')
-  out = {}
-  for item in filter(None, params.split(';')):
-    key, _, value = item.partition('=')
-    out[key] = json.loads(value) if value not in ('', None) else None
-    if key in ('dcc', 'caa', 'aff'):
-      out[key] = bool(out[key])
-  return name, out
+parse_method = grid.parse_method
+load_summary = grid.load_summary
 
 
 def parse_partition(text: str) -> tuple[str, dict]:
@@ -100,43 +84,33 @@ def parse_partition(text: str) -> tuple[str, dict]:
 
 
 def cell_dir(partition: str, shots: int, seed: int, method: str) -> str:
-  return os.path.join(FLAGS.output_dir, _SAFE.sub('_', f'{partition}_k{shots}'),
-                      f'seed{seed}', _SAFE.sub('_', method))
+  return os.path.join(FLAGS.output_dir, grid.safe_name(f'{partition}_k{shots}'),
+                      f'seed{seed}', grid.safe_name(method))
+
+
+def _dump_afedcl_clients(result, out: str) -> None:
+  """Per-client final L_D and A_k, for Fig. 5."""
+  rows = []
+  for cid in result.store.client_ids():
+    s = result.store.get(cid)
+    rows.append({'client': cid,
+                 'discrimination_loss': float(s.discrimination_loss),
+                 'fusion_weight': float(fusion.fusion_weight(
+                     s.fusion_logit))})
+  with open(os.path.join(out, 'afedcl_clients.json'), 'w') as f:
+    json.dump(rows, f, indent=1)
 
 
 def run_cell(config, data, method: str, out: str) -> None:
-  name, params = parse_method(method)
+  name, _ = parse_method(method)
+  defaults = None
+  after = None
   if name == 'afedcl':
-    params = dict({'lambda_': FLAGS.afedcl_lambda, 'seed': config.seed},
-                  **params)
-  cfg = copy.deepcopy(config)
-  cfg.algorithm_params = {name: params}
-  t0 = time.time()
-  result = experiment.run_algorithm(
-      cfg, data, name, checkpoint_dir=os.path.join(out, 'checkpoints'),
-      checkpoint_every=max(1, FLAGS.eval_every),
-      metrics_dir=os.path.join(out, 'metrics'))
-  experiment.write_outputs(out, cfg, method, result, data.partition)
-  if name == 'afedcl':      # per-client final L_D and A_k for Fig. 5
-    rows = []
-    for cid in data.client_ids:
-      s = result.store.get(cid)
-      rows.append({'client': cid,
-                   'discrimination_loss': float(s.discrimination_loss),
-                   'fusion_weight': float(fusion.fusion_weight(
-                       s.fusion_logit))})
-    with open(os.path.join(out, 'afedcl_clients.json'), 'w') as f:
-      json.dump(rows, f, indent=1)
-  print(f'{out}: acc {result.final["personal/accuracy_mean"]:.4f} '
-        f'({time.time() - t0:.0f}s)', flush=True)
-
-
-def load_summary(out: str):
-  path = os.path.join(out, 'summary.json')
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+    defaults = {'lambda_': FLAGS.afedcl_lambda, 'seed': config.seed}
+    after = _dump_afedcl_clients
+  grid.run_cell(config, data, method, out,
+                checkpoint_every=max(1, FLAGS.eval_every),
+                default_params=defaults, after=after)
 
 
 def write_table(methods, partitions, shots, seeds) -> list[str]:

@@ -80,8 +80,12 @@ flags.DEFINE_float('momentum', 0.0, 'Client SGD momentum.')
 flags.DEFINE_float('server_learning_rate', 1.0, 'Server SGD learning rate.')
 flags.DEFINE_float('learning_rate_decay', 1.0, 'Per-round client learning '
                    'rate decay factor.')
-flags.DEFINE_enum('augment', 'none', ['none', 'crop_flip'],
-                  'Training augmentation.')
+flags.DEFINE_enum('augment', 'none', list(experiment.AUGMENTATIONS),
+                  'crop_flip: random crop (pad 4) and horizontal flip of '
+                  'training images; crop_flip_normalize also standardizes '
+                  'every split with per-channel training statistics.')
+flags.DEFINE_float('weight_decay', 0.0, 'Client L2 weight decay (added to '
+                   'the gradient, as PyTorch SGD).')
 flags.DEFINE_string('algorithm_params', '{}', 'JSON dict algorithm -> dict '
                     'of its hyperparameters, e.g. {"fedprox": {"mu": 0.01}}.')
 flags.DEFINE_integer('seed', 0, 'The one seed everything derives from.')
@@ -154,7 +158,8 @@ def _config_from_flags():
       model_options=model_options, rounds=FLAGS.rounds,
       local_epochs=FLAGS.local_epochs, batch_size=FLAGS.batch_size,
       optimizer=FLAGS.optimizer, learning_rate=FLAGS.learning_rate,
-      momentum=FLAGS.momentum, server_learning_rate=FLAGS.server_learning_rate,
+      momentum=FLAGS.momentum, weight_decay=FLAGS.weight_decay,
+      server_learning_rate=FLAGS.server_learning_rate,
       learning_rate_decay=FLAGS.learning_rate_decay, augment=FLAGS.augment,
       eval_every=FLAGS.eval_every, seed=FLAGS.seed,
       algorithm_params=algorithm_params,

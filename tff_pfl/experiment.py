@@ -30,6 +30,7 @@ from tff_pfl.core import sampling
 from tff_pfl.data import client_data as client_data_lib
 from tff_pfl.data import partition as partition_lib
 from tff_pfl.data import registry as data_registry
+from tff_pfl.templates import optimizers
 
 PARTITION_PARAMS = {
     'iid': (),
@@ -38,7 +39,7 @@ PARTITION_PARAMS = {
     'shards': ('shards_per_client',),
 }
 OPTIMIZERS = ('sgd', 'adam')
-AUGMENTATIONS = ('none', 'crop_flip')
+AUGMENTATIONS = ('none', 'crop_flip', 'crop_flip_normalize', 'normalize')
 
 
 @dataclasses.dataclass
@@ -67,6 +68,7 @@ class ExperimentConfig:
   optimizer: str = 'sgd'
   learning_rate: float = 0.05
   momentum: float = 0.0
+  weight_decay: float = 0.0
   server_learning_rate: float = 1.0
   learning_rate_decay: float = 1.0
   augment: str = 'none'
@@ -100,6 +102,8 @@ class ExperimentConfig:
                  'eval_batch_size'):
       if getattr(self, name) < 1:
         raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}.')
+    if self.weight_decay < 0:
+      raise ValueError(f'weight_decay must be >= 0, got {self.weight_decay}.')
     if self.learning_rate <= 0:
       raise ValueError(f'learning_rate must be > 0, got {self.learning_rate}.')
 
@@ -167,24 +171,39 @@ def prepare(config: ExperimentConfig) -> PreparedData:
   spec = model_spec_lib.ModelSpec(
       keras_model_fn=keras_model_fn,
       input_spec=collections.OrderedDict(
-          x=tf.TensorSpec((None,) + input_shape, tf.float32), y=y_spec),
+          x=tf.TensorSpec((None,) + input_shape, tf.float32), y=y_spec,
+          index=tf.TensorSpec([None], tf.int64)),
       task=ds.task, num_outputs=num_outputs)
 
   augment = None
-  if config.augment == 'crop_flip':
-    if len(input_shape) != 3:
-      raise ValueError('augment=crop_flip needs image data, got input shape '
-                       f'{input_shape}.')
+  if config.augment != 'none' and len(input_shape) != 3:
+    raise ValueError(f'augment={config.augment} needs image data, got '
+                     f'input shape {input_shape}.')
+  if config.augment.startswith('crop_flip'):
     augment = client_data_lib.random_crop_flip(padding=4)
+  normalize = None
+  if config.augment.endswith('normalize'):
+    # Per-channel statistics of all clients' training images, applied to
+    # every split (after the crop/flip of training images).
+    rows = np.concatenate([np.asarray(i, np.int64)
+                           for i in part.indices('train')])
+    pixels = x[rows].reshape(-1, input_shape[-1])
+    normalize = client_data_lib.normalize(pixels.mean(axis=0),
+                                          pixels.std(axis=0) + 1e-6)
 
   def dataset_fn(client_id: str, round_num: int, split: str):
-    base = splits[split].create_tf_dataset_for_client(client_id)
+    base = client_data_lib.with_index(
+        splits[split].create_tf_dataset_for_client(client_id))
     if split == 'train':
-      return client_data_lib.make_batched_dataset(
+      batched = client_data_lib.make_batched_dataset(
           base, batch_size=config.batch_size,
           shuffle_seed=loop.derive_seed(config.seed, round_num, client_id),
           augment=augment)
-    return base.batch(config.eval_batch_size)
+    else:
+      batched = base.batch(config.eval_batch_size)
+    if normalize is not None:
+      batched = batched.map(lambda batch: normalize(batch, None))
+    return batched
 
   return PreparedData(dataset=ds, partition=part, spec=spec,
                       client_ids=list(part.client_ids), dataset_fn=dataset_fn,
@@ -192,11 +211,15 @@ def prepare(config: ExperimentConfig) -> PreparedData:
 
 
 def build_optimizer(config: ExperimentConfig):
+  """The client optimizer: SGD (momentum) or Adam, with L2 weight decay."""
   if config.optimizer == 'sgd':
-    return tff.learning.optimizers.build_sgdm(
+    optimizer = tff.learning.optimizers.build_sgdm(
         learning_rate=config.learning_rate,
         momentum=config.momentum or None)
-  return tff.learning.optimizers.build_adam(learning_rate=config.learning_rate)
+  else:
+    optimizer = tff.learning.optimizers.build_adam(
+        learning_rate=config.learning_rate)
+  return optimizers.with_weight_decay(optimizer, config.weight_decay)
 
 
 def run_algorithm(config: ExperimentConfig, data: PreparedData,
@@ -230,6 +253,8 @@ def run_algorithm(config: ExperimentConfig, data: PreparedData,
           learning_rate=config.server_learning_rate),
       local_epochs=config.local_epochs,
       learning_rate_decay=config.learning_rate_decay,
+      run_context=dict(num_clients=len(data.client_ids),
+                       total_rounds=config.rounds),
       **config.algorithm_params.get(algorithm, {}))
   if store_dir:
     store = client_state.DiskStore(process.initial_client_state, store_dir)

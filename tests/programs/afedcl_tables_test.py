@@ -1,19 +1,10 @@
 """End-to-end test of the AFedCL grid program on the embedded digits."""
 
-import os
-import pathlib
-import subprocess
-import sys
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.programs import conftest
 
 
 def _run(args, timeout=600):
-  env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL='2')
-  cmd = ' '.join([sys.executable, '-m', 'programs.afedcl_tables'] + args)
-  return subprocess.run(['bash', '-o', 'pipefail', '-c', cmd + ' 2>&1 | cat'],
-                        cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  return conftest.run_program('programs.afedcl_tables', args, timeout)
 
 
 def test_grid_writes_table_and_figures_and_resumes(tmp_path):
@@ -24,6 +15,7 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
           '--eval_every=1', f'--output_dir={tmp_path}']
   proc = _run(args)
   assert proc.returncode == 0, proc.stdout[-3000:]
+  assert proc.stdout.count('personalized acc') == 4
   table = (tmp_path / 'table2.md').read_text()
   assert '| afedcl |' in table and '| fedavg |' in table
   assert 'n=2' in table and 'Missing' not in table
@@ -38,4 +30,4 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   # A second call finds every cell finished and trains nothing.
   again = _run(args)
   assert again.returncode == 0, again.stdout[-3000:]
-  assert ': acc ' not in again.stdout
+  assert 'personalized acc' not in again.stdout

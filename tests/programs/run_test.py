@@ -1,25 +1,15 @@
 """End-to-end tests of `python -m programs.run` as a user runs it."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.programs import conftest
 
 
 def _run(args, timeout=300):
-  env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL='2')
-  # Piped through `cat`: an orphaned TFF worker holding stdout open would
-  # make this hang until the timeout (field guide pitfall 10).
-  cmd = ' '.join([sys.executable, '-m', 'programs.run'] + args) + ' 2>&1 | cat'
-  return subprocess.run(['bash', '-o', 'pipefail', '-c', cmd], cwd=ROOT,
-                        env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  return conftest.run_program('programs.run', args, timeout)
 
 
 def test_list_names_everything():

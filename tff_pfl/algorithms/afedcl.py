@@ -135,8 +135,7 @@ def build_afedcl(
                                  (1.0 - initial_fusion_weight)))
 
   weights_type = spec.weights_type()
-  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
-      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  broadcast_type = process_lib.broadcast_type(weights_type)
   state_type = tff.types.tensorflow_to_type(AFedCLClientState(
       model_weights=weights_type,
       discriminator=[tf.TensorSpec(v.shape, v.dtype) for v in init_disc],

@@ -55,8 +55,7 @@ def build_ditto(
       extra_loss_fn=(proximal.proximal_factory(lambda_) if lambda_ > 0
                      else None))
   weights_type = spec.weights_type()
-  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
-      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  broadcast_type = process_lib.broadcast_type(weights_type)
   state_type = tff.types.tensorflow_to_type(DittoClientState(
       personal_weights=weights_type,
       num_participations=tff.TensorType(np.int32)))

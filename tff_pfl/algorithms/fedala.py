@@ -135,8 +135,7 @@ def build_fedala_client_work(
       learning_rate_decay=learning_rate_decay)
   weights_type = spec.weights_type()
   top_types = list(weights_type.trainable)[-layer_idx:]
-  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
-      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  broadcast_type = process_lib.broadcast_type(weights_type)
   state_type = tff.types.tensorflow_to_type(FedALAClientState(
       model_weights=weights_type,
       ala_weights=[tff.TensorType(np.float32, t.shape) for t in top_types],

@@ -51,8 +51,7 @@ def build_fedavg_client_work(
       spec, optimizer, epochs=local_epochs,
       learning_rate_decay=learning_rate_decay, extra_loss_fn=extra_loss_fn)
   weights_type = spec.weights_type()
-  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
-      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  broadcast_type = process_lib.broadcast_type(weights_type)
   state_type = tff.types.tensorflow_to_type(
       FedAvgClientState(num_participations=tf.TensorSpec([], tf.int32)))
 

@@ -38,8 +38,7 @@ def build_nofl(
       spec, client_optimizer, epochs=local_epochs,
       learning_rate_decay=learning_rate_decay)
   weights_type = spec.weights_type()
-  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
-      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  broadcast_type = process_lib.broadcast_type(weights_type)
   state_type = tff.types.tensorflow_to_type(NoFLClientState(
       model_weights=weights_type,
       num_participations=tff.TensorType(np.int32)))

@@ -4,21 +4,34 @@ Every builder is called as `build(spec, initial_weights=..., client_optimizer
 =..., server_optimizer=..., local_epochs=..., learning_rate_decay=...,
 **hparams)`; `hparams` are the algorithm's own hyperparameters (e.g. FedProx
 mu), and an unknown one is an error.
+
+Some methods also need facts about the run that are not hyperparameters:
+the number of registered clients (SCAFFOLD's server control-variate step)
+or the planned number of rounds (FedPSD's alpha = t / t_total). Callers pass
+them as `run_context=dict(num_clients=..., total_rounds=...)`, and `build`
+hands each builder the entries its signature names, and no others.
 """
 
 from collections.abc import Callable, Mapping
 import dataclasses
 import inspect
-from typing import Any
+from typing import Any, Optional
 
 from tff_pfl.algorithms import afedcl
 from tff_pfl.algorithms import ditto
 from tff_pfl.algorithms import fedala
 from tff_pfl.algorithms import fedavg
+from tff_pfl.algorithms import fedcurv
+from tff_pfl.algorithms import fedlmd
+from tff_pfl.algorithms import fednova
+from tff_pfl.algorithms import fedntd
 from tff_pfl.algorithms import fedper
+from tff_pfl.algorithms import fedpsd
 from tff_pfl.algorithms import fedprox
 from tff_pfl.algorithms import fedrep
+from tff_pfl.algorithms import moon
 from tff_pfl.algorithms import nofl
+from tff_pfl.algorithms import scaffold
 from tff_pfl.core import process as process_lib
 
 
@@ -56,6 +69,34 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = {
         'afedcl', afedcl.build_afedcl,
         'AFedCL (afedcl.txt): adversarial consensus, L_D-weighted '
         'aggregation, adaptive fusion; lambda_, dcc, caa, aff'),
+    'fedpsd': AlgorithmInfo(
+        'fedpsd', fedpsd.build_fedpsd,
+        'FedPSD (fedpsd.txt): calibrated CE + progressive self-distillation '
+        'with stored predictions; rhpk, psd, cll'),
+    'moon': AlgorithmInfo(
+        'moon', moon.build_moon,
+        'MOON (Li et al. 2021): model-contrastive term on encoder outputs '
+        '(global vs previous local model); mu, temperature'),
+    'fedntd': AlgorithmInfo(
+        'fedntd', fedntd.build_fedntd,
+        'FedNTD (Lee et al. 2022): not-true distillation from the global '
+        'model; beta, temperature'),
+    'fedlmd': AlgorithmInfo(
+        'fedlmd', fedlmd.build_fedlmd,
+        'FedLMD (Lu et al. 2023): distillation with the client\'s major '
+        'labels masked out of the teacher; beta, temperature'),
+    'scaffold': AlgorithmInfo(
+        'scaffold', scaffold.build_scaffold,
+        'SCAFFOLD (Karimireddy et al. 2020), option II control variates; '
+        'momentum (= client momentum); needs run_context num_clients'),
+    'fednova': AlgorithmInfo(
+        'fednova', fednova.build_fednova,
+        'FedNova (Wang et al. 2020): step-normalized averaging; momentum '
+        '(= client momentum)'),
+    'fedcurv': AlgorithmInfo(
+        'fedcurv', fedcurv.build_fedcurv,
+        'FedCurv (Shoham et al. 2019): Fisher-weighted penalty towards other '
+        'clients; lambda_, fisher_samples'),
     'nofl': AlgorithmInfo(
         'nofl', nofl.build_nofl,
         'No-FL: each client trains only on its own data',
@@ -70,7 +111,11 @@ def list_algorithms() -> list[tuple[str, str]]:
   return [(a.name, a.description) for a in ALGORITHMS.values()]
 
 
-def build(name: str, spec, **kwargs: Any) -> process_lib.PersonalizedProcess:
+RUN_CONTEXT = ('num_clients', 'total_rounds')
+
+
+def build(name: str, spec, *, run_context: Optional[Mapping[str, Any]] = None,
+          **kwargs: Any) -> process_lib.PersonalizedProcess:
   """Builds algorithm `name`; see the module docstring."""
   if name not in ALGORITHMS:
     raise ValueError(f'unknown algorithm {name!r}; known: '
@@ -79,9 +124,16 @@ def build(name: str, spec, **kwargs: Any) -> process_lib.PersonalizedProcess:
   if not info.uses_server_optimizer:
     kwargs.pop('server_optimizer', None)
   params = inspect.signature(info.build).parameters
-  unknown = sorted(k for k in kwargs if k not in params)
+  unknown = sorted(k for k in kwargs if k not in params or k in RUN_CONTEXT)
   if unknown:
-    accepted = sorted(k for k in params if k not in ('spec',))
+    accepted = sorted(k for k in params
+                      if k not in ('spec',) and k not in RUN_CONTEXT)
     raise ValueError(f'{name} does not take {unknown}; it accepts '
                      f'{accepted}.')
+  for key, value in (run_context or {}).items():
+    if key not in RUN_CONTEXT:
+      raise ValueError(f'unknown run_context entry {key!r}; known: '
+                       f'{RUN_CONTEXT}.')
+    if key in params:
+      kwargs[key] = value
   return info.build(spec, **kwargs)

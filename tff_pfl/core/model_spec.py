@@ -30,7 +30,10 @@ class ModelSpec:
     keras_model_fn: no-argument callable returning a new Keras model mapping
       a batch of `x` to logits (classification) or predictions (regression).
     input_spec: element spec of a *batched* client dataset,
-      `OrderedDict(x=TensorSpec([None, ...]), y=TensorSpec([None]))`.
+      `OrderedDict(x=TensorSpec([None, ...]), y=TensorSpec([None]))`,
+      optionally with `index=TensorSpec([None], tf.int64)`, each sample's
+      position in its client's split (`client_data.with_index`), which
+      methods with per-sample client state need.
     task: 'classification' or 'regression'.
     num_outputs: number of classes, or of regression targets.
   """
@@ -45,9 +48,14 @@ class ModelSpec:
     if self.num_outputs < 1:
       raise ValueError(f'num_outputs must be >= 1, got {self.num_outputs}.')
     if not isinstance(self.input_spec, collections.abc.Mapping) or set(
-        self.input_spec) != {'x', 'y'}:
-      raise ValueError('input_spec must be a mapping with keys x and y, got '
-                       f'{self.input_spec!r}.')
+        self.input_spec) not in ({'x', 'y'}, {'x', 'y', 'index'}):
+      raise ValueError('input_spec must be a mapping with keys x and y (and '
+                       f'optionally index), got {self.input_spec!r}.')
+
+  @property
+  def has_index(self) -> bool:
+    """Whether client datasets carry each sample's `index`."""
+    return 'index' in self.input_spec
 
   def loss(self, y_true: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
     """Mean training loss of a batch: cross-entropy on logits, or MSE."""

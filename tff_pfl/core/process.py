@@ -17,7 +17,10 @@ store between rounds. `next` is composed like `tff.learning.templates.
 compose_learning_process`, from swappable pieces:
 
 1. distribution: a `tff.learning.templates.DistributionProcess` that sends
-   `Broadcast(model_weights, round_num)` to the clients;
+   `Broadcast(model_weights, round_num, extra)` to the clients, where
+   `extra` is what the method's finalizer state exposes to clients through
+   `broadcast_extra` (SCAFFOLD's server control variate, FedCurv's Fisher
+   sums; `()` for most methods);
 2. client work: a `ClientWork` whose `update` computation maps
    `(Broadcast, C, {D*}) -> ClientOutput(update, update_weight,
    client_state, metrics)`;
@@ -56,9 +59,26 @@ class ServerState(NamedTuple):
 
 
 class Broadcast(NamedTuple):
-  """What the server sends to each sampled client."""
+  """What the server sends to each sampled client.
+
+  Attributes:
+    model_weights: the global `ModelWeights`.
+    round_num: the 0-based round number (int32).
+    extra: server values besides the model that the method's clients need,
+      read off the finalizer state by `broadcast_extra` (see
+      `compose_personalized_process`); `()` when there are none.
+  """
   model_weights: Any
   round_num: Any
+  extra: Any = ()
+
+
+def broadcast_type(weights_type: tff.Type,
+                   extra_type: Any = ()) -> tff.Type:
+  """The TFF type of `Broadcast` for a model's weights type."""
+  return tff.types.tensorflow_to_type(Broadcast(
+      model_weights=weights_type, round_num=tff.TensorType(np.int32),
+      extra=extra_type))
 
 
 class ClientOutput(NamedTuple):
@@ -141,6 +161,7 @@ def compose_personalized_process(
         tff.aggregators.WeightedAggregationFactory] = None,
     finalizer: Optional[tff.learning.templates.FinalizerProcess] = None,
     distributor: Optional[tff.learning.templates.DistributionProcess] = None,
+    broadcast_extra: Optional[tff.Computation] = None,
     name: str = '',
 ) -> PersonalizedProcess:
   """Composes a `PersonalizedProcess` from its pieces.
@@ -155,6 +176,10 @@ def compose_personalized_process(
     finalizer: turns the aggregate into new global weights; required when
       `aggregator_factory` is given.
     distributor: broadcasts `Broadcast`; default plain broadcast.
+    broadcast_extra: optional `tff.tensorflow.computation` mapping the
+      finalizer's state to `Broadcast.extra` (server-side values the clients
+      need, e.g. SCAFFOLD's control variate kept in its finalizer state);
+      default `()`.
     name: the algorithm's name, for reports.
 
   Returns:
@@ -163,18 +188,29 @@ def compose_personalized_process(
   if (aggregator_factory is None) != (finalizer is None):
     raise ValueError('aggregator_factory and finalizer go together: give '
                      'both (a method with a global model) or neither.')
+  if broadcast_extra is not None and finalizer is None:
+    raise ValueError('broadcast_extra reads the finalizer state: it needs a '
+                     'finalizer.')
   weights_type = spec.weights_type()
   data_type = spec.data_type()
   state_type = client_work.state_type
-  broadcast_type = tff.types.tensorflow_to_type(
-      Broadcast(model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  if finalizer is not None:
+    finalizer_state_type = finalizer.initialize.type_signature.result.member
+  if broadcast_extra is not None:
+    tff.test.assert_type_assignable_from(
+        broadcast_extra.type_signature.parameter, finalizer_state_type)
+    extra_type = broadcast_extra.type_signature.result
+  else:
+    extra_type = tff.StructType([])
+  full_broadcast_type = broadcast_type(weights_type, extra_type)
   if distributor is None:
     distributor = tff.learning.templates.build_broadcast_process(
-        broadcast_type)
+        full_broadcast_type)
 
   update_sig = client_work.update.type_signature
   output_type = update_sig.result
-  tff.test.assert_type_assignable_from(update_sig.parameter[0], broadcast_type)
+  tff.test.assert_type_assignable_from(update_sig.parameter[0],
+                                      full_broadcast_type)
   tff.test.assert_type_assignable_from(update_sig.parameter[1], state_type)
 
   if aggregator_factory is not None:
@@ -215,9 +251,13 @@ def compose_personalized_process(
   @tff.federated_computation(server_state_type, clients_state_type,
                              clients_data_type)
   def next_fn(server_state, client_states, client_data):
+    if broadcast_extra is not None:
+      extra = tff.federated_map(broadcast_extra, server_state.finalizer)
+    else:
+      extra = tff.federated_value((), tff.SERVER)
     broadcast_value = tff.federated_zip(Broadcast(
         model_weights=server_state.global_model_weights,
-        round_num=server_state.round_num))
+        round_num=server_state.round_num, extra=extra))
     dist = distributor.next(server_state.distributor, broadcast_value)
     outputs = tff.federated_map(client_work.update,
                                 (dist.result, client_states, client_data))
@@ -315,6 +355,8 @@ def compose_with_global_model(
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     aggregator_factory: Optional[
         tff.aggregators.WeightedAggregationFactory] = None,
+    finalizer: Optional[tff.learning.templates.FinalizerProcess] = None,
+    broadcast_extra: Optional[tff.Computation] = None,
     name: str = '',
 ) -> PersonalizedProcess:
   """Composes a delta-uploading method with FedAvg's server side.
@@ -323,14 +365,21 @@ def compose_with_global_model(
   pseudo-gradient plus BN statistics) with `aggregator_factory` (default
   example-weighted `MeanFactory`) and applies it with `server_optimizer`
   (default SGD at learning rate 1, i.e. plain averaging) through
-  `finalizers.build_optimizer_and_average_finalizer`.
+  `finalizers.build_optimizer_and_average_finalizer`. Methods whose upload
+  or server step differ (SCAFFOLD, FedNova, FedCurv) pass their own
+  `finalizer` (then `server_optimizer` must be None: it is the finalizer's)
+  and, when clients need server values, `broadcast_extra`.
   """
   from tff_pfl.templates import finalizers  # pylint: disable=g-import-not-at-top
-  if server_optimizer is None:
-    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  if finalizer is not None and server_optimizer is not None:
+    raise ValueError('give server_optimizer to the custom finalizer, not '
+                     'to compose_with_global_model.')
+  if finalizer is None:
+    if server_optimizer is None:
+      server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+    finalizer = finalizers.build_optimizer_and_average_finalizer(
+        server_optimizer, spec.weights_type())
   return compose_personalized_process(
       spec, initial_weights, client_work,
       aggregator_factory=aggregator_factory or tff.aggregators.MeanFactory(),
-      finalizer=finalizers.build_optimizer_and_average_finalizer(
-          server_optimizer, spec.weights_type()),
-      name=name)
+      finalizer=finalizer, broadcast_extra=broadcast_extra, name=name)

@@ -196,6 +196,20 @@ def build_client_data(
   return ArrayClientData(x, y, indices)
 
 
+def with_index(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """Adds `index`, each element's int64 position in the client's split.
+
+  Methods that keep per-sample client state (FedPSD's stored predictions)
+  look samples up by this position, which survives shuffling and
+  augmentation; apply it before `make_batched_dataset`.
+  """
+  def add(position, element):
+    out = collections.OrderedDict(element)
+    out['index'] = position
+    return out
+  return dataset.enumerate().map(add)
+
+
 def _as_seed_tensor(seed: Union[int, tf.Tensor]) -> tf.Tensor:
   return tf.cast(tf.convert_to_tensor(seed), tf.int64)
 

@@ -105,6 +105,17 @@ def decayed_learning_rate(
   """
   if decay == 1.0:
     return None
+  return round_learning_rate(optimizer, decay, round_num, variables)
+
+
+def round_learning_rate(
+    optimizer: tff.learning.optimizers.Optimizer, decay: float,
+    round_num: tf.Tensor, variables: Any) -> tf.Tensor:
+  """The client learning rate of round `round_num`, `lr * decay**round_num`.
+
+  Unlike `decayed_learning_rate`, always a float32 tensor (also for decay
+  1), for methods whose client update divides by it (SCAFFOLD).
+  """
   specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in variables)
   base = tf.convert_to_tensor(optimizer.get_hparams(
       optimizer.initialize(specs))['learning_rate'], tf.float32)

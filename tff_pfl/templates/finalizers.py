@@ -37,7 +37,10 @@ def build_optimizer_and_average_finalizer(
 
   @tff.tensorflow.computation
   def init_fn():
-    return optimizer.initialize(trainable_specs)
+    # A tuple, like the weights `apply` passes to `optimizer.next`: TFF's
+    # optimizers check that state (e.g. the momentum accumulator) and weights
+    # have the same structure, and a list does not match a tuple.
+    return optimizer.initialize(tuple(trainable_specs))
 
   opt_state_type = init_fn.type_signature.result
 

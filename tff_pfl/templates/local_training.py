@@ -25,8 +25,11 @@ from tff_pfl.core import model_spec as model_spec_lib
 
 # extra_loss_fn(model, batch, outputs) -> scalar added to the task loss.
 ExtraLossFn = Callable[[tf.keras.Model, Any, tf.Tensor], tf.Tensor]
-# forward_fn(batch) -> (outputs, extra loss scalar).
-ForwardFn = Callable[[Any], tuple[tf.Tensor, tf.Tensor]]
+# forward_fn(batch) -> (outputs, extra loss scalar), or with a carry
+# forward_fn(batch, carry) -> (outputs, extra loss scalar, new carry).
+ForwardFn = Callable[..., tuple]
+# task_loss_fn(y_true, outputs) -> mean batch loss, replacing spec.loss.
+TaskLossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
 def train_model(
@@ -40,6 +43,9 @@ def train_model(
     extra_loss_fn: Optional[ExtraLossFn] = None,
     learning_rate: Optional[tf.Tensor] = None,
     forward_fn: Optional[ForwardFn] = None,
+    task_loss_fn: Optional[TaskLossFn] = None,
+    carry: Any = None,
+    epoch_end_fn: Optional[Callable[[Any], Any]] = None,
 ) -> collections.OrderedDict:
   """Trains `variables` of `model` in place; returns loss and example sums.
 
@@ -57,12 +63,25 @@ def train_model(
       `model(batch['x'])` and `extra_loss_fn`, for methods whose forward pass
       is not the spec's model alone (e.g. AFedCL's discriminator or fused
       features); `variables` must then be given.
+    task_loss_fn: optional `(y_true, outputs) -> mean loss` replacing
+      `spec.loss` (e.g. FedPSD's logit-calibrated cross-entropy).
+    carry: optional nested tensors threaded through every step and epoch
+      (e.g. FedPSD's per-sample prediction buffers). With a carry,
+      `forward_fn(batch, carry)` returns `(outputs, extra, new_carry)`.
+    epoch_end_fn: optional `carry -> carry` applied after every epoch (e.g.
+      the previous epoch's predictions become the next epoch's teacher).
 
   Returns:
     `OrderedDict(loss_sum, extra_sum, num_examples)` (float32) summed over
     every batch of every epoch, weighted by batch size: the task loss and
-    the extra loss term.
+    the extra loss term; plus `carry`, its final value, when one was given.
   """
+  if carry is not None and forward_fn is None:
+    raise ValueError('train_model with a carry needs a forward_fn that '
+                     'takes and returns it.')
+  if epoch_end_fn is not None and carry is None:
+    raise ValueError('epoch_end_fn needs a carry.')
+  task_loss_fn = task_loss_fn or spec.loss
   if variables is None:
     if forward_fn is not None:
       raise ValueError('train_model with forward_fn needs variables.')
@@ -76,15 +95,17 @@ def train_model(
     opt_state = optimizer.set_hparams(opt_state, hparams)
 
   def step(state, batch):
-    opt_state, loss_sum, extra_sum, num = state
+    opt_state, loss_sum, extra_sum, num, step_carry = state
     with tf.GradientTape() as tape:
-      if forward_fn is not None:
+      if carry is not None:
+        outputs, extra, step_carry = forward_fn(batch, step_carry)
+      elif forward_fn is not None:
         outputs, extra = forward_fn(batch)
       else:
         outputs = model(batch['x'], training=True)
         extra = (extra_loss_fn(model, batch, outputs) if extra_loss_fn
                  else tf.constant(0.0))
-      task_loss = spec.loss(batch['y'], outputs)
+      task_loss = task_loss_fn(batch['y'], outputs)
       loss = task_loss + extra
       if model is not None and model.losses:
         loss += tf.add_n(model.losses)
@@ -97,18 +118,26 @@ def train_model(
       v.assign(w)
     n = tf.cast(tf.shape(batch['y'])[0], tf.float32)
     return (opt_state, loss_sum + task_loss * n, extra_sum + extra * n,
-            num + n)
+            num + n, step_carry)
 
   # An explicit while_loop (not `for _ in tf.range`) so that correctness
   # never depends on AutoGraph converting this function.
   def epoch(i, state):
-    return i + 1, dataset.reduce(state, step)
+    state = dataset.reduce(state, step)
+    if epoch_end_fn is not None:
+      state = state[:4] + (epoch_end_fn(state[4]),)
+    return i + 1, state
 
-  state = (opt_state, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0))
+  initial_carry = () if carry is None else carry
+  state = (opt_state, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0),
+           initial_carry)
   _, state = tf.while_loop(lambda i, _: i < tf.cast(epochs, tf.int32), epoch,
                            (tf.constant(0), state))
-  return collections.OrderedDict(loss_sum=state[1], extra_sum=state[2],
-                                 num_examples=state[3])
+  result = collections.OrderedDict(loss_sum=state[1], extra_sum=state[2],
+                                   num_examples=state[3])
+  if carry is not None:
+    result['carry'] = state[4]
+  return result
 
 
 def all_finite(structure: Any) -> tf.Tensor:

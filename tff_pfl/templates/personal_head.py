@@ -50,8 +50,7 @@ def build_personal_head_client_work(
   """Client work of a body-shared, head-personal method (see module doc)."""
   num_head = spec.num_head_variables()
   weights_type = spec.weights_type()
-  broadcast_type = tff.types.tensorflow_to_type(process_lib.Broadcast(
-      model_weights=weights_type, round_num=tff.TensorType(np.int32)))
+  broadcast_type = process_lib.broadcast_type(weights_type)
   head_type = tff.types.tensorflow_to_type(
       [tf.TensorSpec(t.shape, t.dtype)
        for t in initial_weights.trainable[-num_head:]])

@@ -6,6 +6,7 @@ method it extends exactly when its switch is off.
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 import keras_models
@@ -110,18 +111,21 @@ def test_ditto_lambda_zero_is_local_training_and_lambda_pulls():
 def test_registry_builds_every_algorithm_and_rejects_unknown_params():
   # A keras_models.build_model spec ('encoder' + 'head'), which every
   # algorithm accepts (AFedCL requires it).
+  # Datasets with `index` (FedPSD needs it; the others ignore it).
   spec = model_spec.ModelSpec(
       lambda: keras_models.build_model('mlp', (helpers.NUM_FEATURES,),
                                        helpers.NUM_CLASSES,
                                        encoder_options={'hidden': (8,)}),
-      SPEC.input_spec, 'classification', helpers.NUM_CLASSES)
+      dict(SPEC.input_spec, index=tf.TensorSpec([None], tf.int64)),
+      'classification', helpers.NUM_CLASSES)
   w0 = spec.initial_weights(seed=0)
   for name in registry.ALGORITHMS:
     process = registry.build(
         name, spec, initial_weights=w0,
         client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-        local_epochs=1, learning_rate_decay=1.0)
+        local_epochs=1, learning_rate_decay=1.0,
+        run_context=dict(num_clients=3, total_rounds=5))
     assert process.name == name
   with pytest.raises(ValueError, match="does not take \\['mu'\\]"):
     registry.build('ditto', SPEC, initial_weights=W0, mu=1.0,

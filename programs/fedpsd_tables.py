@@ -1,0 +1,399 @@
+r"""FedPSD paper grid: Tables I-VII and Figs. 3-5 (fedpsd.txt, Sec. V-VI).
+
+Runs every (setting, seed, method) cell with the paper's setting (100
+clients, 10% sampled per round, 5 local epochs, SGD lr 0.01 x0.99 per round,
+momentum 0.9, weight decay 1e-5, batch 50, SimpleCNN, random crop / flip /
+normalize for CIFAR-10, normalize only for MNIST, whose digits must not be
+flipped) and writes, under --output_dir:
+
+  table1.md/.csv  average client top-1 (Eq. 10: each client's personalized
+                  model on its own test split, mean over ALL clients),
+                  pathological sharding settings
+  table2.md/.csv  the same, LDA (Dirichlet) settings
+  table3.md/.csv  global model top-1 on the union of all clients' test
+                  splits (the sample-weighted mean over clients)
+  table4.md/.csv  rounds to reach FedAvg's final average client accuracy
+  table5.md/.csv  rounds to reach FedAvg's final global accuracy
+  table6.md/.csv  ablation RHPK / PSD / CLL (--ablation_settings)
+  table7.md/.csv  architectures (--architectures at --architecture_setting)
+  fig3_curves_<setting>.png   global and client accuracy per round
+  fig4_local_epochs.png       client accuracy vs local epochs (--epoch_sweep)
+  fig5_participation.png      client accuracy vs participation rate
+
+Settings are `<dataset>:shards=<S>` or `<dataset>:dirichlet=<alpha>`.
+Methods are names from `programs.run --list`, optionally with parameters
+(`fedpsd:psd=false`). Each cell is a resumable run in
+`DIR/<setting>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
+summary.json exists) is skipped, an unfinished one resumes from its newest
+checkpoint, so the program can be stopped and restarted at will. Values are
+mean +/- std over the seeds that finished; missing cells are listed under
+each table. Rounds-to-target are resolved to --eval_every rounds.
+
+Per-client train/test split: each client's data (from the pooled train and
+test images) is split 75/25, so "client test data" follows the client's own
+label distribution as in the paper's Eq. 10. CIFAR-100 (Tables I-III's last
+columns) is not available offline: `cifar100` loads through TFDS by name
+where the network is available.
+
+Example (the paper's setting; days on 2 cores, see docs/results.md for the
+reduced runs made here):
+
+  python -m programs.fedpsd_tables --data_dir=../shared/data \
+    --settings=mnist:shards=2,mnist:dirichlet=0.1,cifar10:shards=2,\
+cifar10:shards=5,cifar10:dirichlet=0.05,cifar10:dirichlet=0.1 \
+    --seeds=0,1,2 --rounds=200 --output_dir=runs/fedpsd_tables
+"""
+
+import os
+import time
+
+from absl import app
+from absl import flags
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# TensorFlow must be imported before app.run (see programs/run.py).
+import numpy as np
+import tensorflow as tf  # pylint: disable=unused-import
+
+from programs import grid
+from tff_pfl import experiment
+
+FLAGS = flags.FLAGS
+METHODS = ['fedavg', 'fedprox', 'fedcurv', 'fednova', 'scaffold', 'moon',
+           'fedntd', 'fedlmd', 'fedpsd']
+ABLATION = ['fedpsd:rhpk=true;psd=false;cll=false',
+            'fedpsd:rhpk=true;psd=true;cll=false']
+
+flags.DEFINE_string('data_dir', None, 'Folder with the data files.')
+flags.DEFINE_list('settings', ['mnist:shards=2', 'mnist:dirichlet=0.1',
+                               'cifar10:shards=2', 'cifar10:shards=5',
+                               'cifar10:dirichlet=0.05',
+                               'cifar10:dirichlet=0.1'],
+                  '<dataset>:shards=<S> or <dataset>:dirichlet=<alpha>.')
+flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds.')
+flags.DEFINE_list('methods', METHODS, 'Methods (name[:param=value;...]).')
+flags.DEFINE_list('ablation', ABLATION, 'FedPSD ablation variants (Table '
+                  'VI; FedAvg and full FedPSD come from --methods).')
+flags.DEFINE_list('ablation_settings', ['cifar10:shards=2',
+                                        'cifar10:dirichlet=0.05'],
+                  'Settings of Table VI.')
+flags.DEFINE_list('architectures', [], 'Extra encoders for Table VII, e.g. '
+                  'resnet10,vgg11 (SimpleCNN comes from the main grid).')
+flags.DEFINE_string('architecture_setting', 'cifar10:shards=2',
+                    'Setting of Table VII.')
+flags.DEFINE_list('architecture_methods', ['fedavg', 'fedprox', 'fedcurv',
+                                           'fedntd', 'fedlmd', 'fedpsd'],
+                  'Methods of Table VII.')
+flags.DEFINE_list('epoch_sweep', [], 'Local epochs for Fig. 4, e.g. '
+                  '1,3,10,20 (5 comes from the main grid).')
+flags.DEFINE_list('participation_sweep', [], 'Participation rates for '
+                  'Fig. 5, e.g. 0.05,0.2,0.3.')
+flags.DEFINE_list('sweep_methods', ['fedavg', 'fedntd', 'fedlmd', 'fedpsd'],
+                  'Methods of Figs. 4 and 5 (at the first setting).')
+flags.DEFINE_integer('num_clients', 100, 'Clients (paper: 100).')
+flags.DEFINE_float('participation_rate', 0.1, 'Sampled fraction per round.')
+flags.DEFINE_integer('rounds', 200, 'Rounds (paper: 200).')
+flags.DEFINE_integer('local_epochs', 5, 'Local epochs (paper: 5).')
+flags.DEFINE_integer('batch_size', 50, 'Batch size (paper: 50).')
+flags.DEFINE_float('learning_rate', 0.01, 'Client SGD learning rate.')
+flags.DEFINE_float('learning_rate_decay', 0.99, 'Per-round decay.')
+flags.DEFINE_float('momentum', 0.9, 'Client SGD momentum.')
+flags.DEFINE_float('weight_decay', 1e-5, 'Client weight decay.')
+flags.DEFINE_string('model', 'simple_cnn', 'Encoder of the main grid.')
+flags.DEFINE_enum('augment', 'auto', ['auto'] + list(experiment.AUGMENTATIONS),
+                  'auto: crop_flip_normalize for colour images (CIFAR), '
+                  'normalize for MNIST (digits must not be flipped).')
+flags.DEFINE_integer('max_train_samples', None, 'Cap of training samples '
+                     'per client (for quick runs; the paper uses all).')
+flags.DEFINE_integer('eval_every', 5, 'Evaluate all clients every N rounds.')
+flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+
+
+def parse_setting(text: str) -> tuple[str, str, dict]:
+  """'cifar10:shards=2' -> ('cifar10', 'shards', {...})."""
+  dataset, _, part = text.partition(':')
+  kind, _, value = part.partition('=')
+  try:
+    if kind == 'shards':
+      return dataset, kind, {'shards_per_client': int(value)}
+    if kind == 'dirichlet':
+      return dataset, kind, {'alpha': float(value), 'min_samples': 2}
+  except ValueError as e:
+    raise app.UsageError(f'bad setting value in {text!r}: {e}') from e
+  raise app.UsageError(f'setting must be <dataset>:shards=<S> or '
+                       f'<dataset>:dirichlet=<alpha>, got {text!r}.')
+
+
+def cell_dir(setting: str, seed: int, method: str, variant: str = '') -> str:
+  label = setting + (f'_{variant}' if variant else '')
+  return os.path.join(FLAGS.output_dir, grid.safe_name(label),
+                      f'seed{seed}', grid.safe_name(method))
+
+
+def augmentation(dataset: str) -> str:
+  if FLAGS.augment != 'auto':
+    return FLAGS.augment
+  return 'normalize' if dataset == 'mnist' else 'crop_flip_normalize'
+
+
+def make_config(setting: str, seed: int, *, model=None, local_epochs=None,
+                participation_rate=None) -> experiment.ExperimentConfig:
+  dataset, kind, params = parse_setting(setting)
+  rate = participation_rate or FLAGS.participation_rate
+  return experiment.ExperimentConfig(
+      dataset=dataset, data_dir=FLAGS.data_dir, partition=kind,
+      partition_params=params, num_clients=FLAGS.num_clients,
+      clients_per_round=max(1, int(round(rate * FLAGS.num_clients))),
+      max_train_samples=FLAGS.max_train_samples,
+      model=model or FLAGS.model, rounds=FLAGS.rounds,
+      local_epochs=local_epochs or FLAGS.local_epochs,
+      batch_size=FLAGS.batch_size, optimizer='sgd',
+      learning_rate=FLAGS.learning_rate, momentum=FLAGS.momentum,
+      weight_decay=FLAGS.weight_decay,
+      learning_rate_decay=FLAGS.learning_rate_decay,
+      augment=augmentation(dataset),
+      eval_every=FLAGS.eval_every, seed=seed)
+
+
+def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
+  for seed in seeds:
+    todo = [m for m in methods
+            if grid.load_summary(cell_dir(setting, seed, m, variant)) is None]
+    if not todo:
+      continue
+    config = make_config(setting, seed, **config_kwargs)
+    data = experiment.prepare(config)
+    for method in todo:
+      out = cell_dir(setting, seed, method, variant)
+      grid.run_cell(config, data, method, out,
+                    checkpoint_every=max(1, FLAGS.eval_every),
+                    store_dir=os.path.join(out, 'client_states'))
+
+
+# --------------------------------------------------------------- tables
+
+def final_values(setting, seeds, method, key, variant=''):
+  values, missing = [], []
+  for seed in seeds:
+    summary = grid.load_summary(cell_dir(setting, seed, method, variant))
+    if summary is None or key not in summary['final_round']:
+      missing.append(f'{method} {setting}{" " + variant if variant else ""} '
+                     f'seed={seed}')
+    else:
+      values.append(summary['final_round'][key])
+  return values, missing
+
+
+def rounds_to_target(setting, seed, method, key, target):
+  """First evaluated round whose `key` reaches `target`; None if never."""
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  path = os.path.join(cell_dir(setting, seed, method), 'rounds.csv')
+  if not os.path.exists(path):
+    return None
+  df = pd.read_csv(path)
+  column = f'test/{key}'
+  if column not in df:
+    return None
+  hit = df[df[column] >= target - 1e-12]
+  return int(hit['round'].iloc[0]) if len(hit) else None
+
+
+def write_table(name, title, rows, columns, cell_fn) -> None:
+  """rows x columns table; cell_fn(row, column) -> (text, values, missing)."""
+  if not columns:
+    with open(os.path.join(FLAGS.output_dir, f'{name}.md'), 'w') as f:
+      f.write(f'**{title}**\n\nNo setting of this table was run.\n')
+    with open(os.path.join(FLAGS.output_dir, f'{name}.csv'), 'w') as f:
+      f.write('method,column,value,std,n\n')
+    return
+  md = [f'**{title}**', '',
+        '| method | ' + ' | '.join(columns) + ' |',
+        '|---|' + '---|' * len(columns)]
+  csv = ['method,column,value,std,n']
+  missing = []
+  for row in rows:
+    cells = []
+    for col in columns:
+      text, values, miss = cell_fn(row, col)
+      cells.append(text)
+      missing += miss
+      if values:
+        csv.append(f'{row},{col},{np.mean(values)},{np.std(values)},'
+                   f'{len(values)}')
+    md.append(f'| {row} | ' + ' | '.join(cells) + ' |')
+  if missing:
+    md += ['', 'Missing runs: ' + ', '.join(missing)]
+  with open(os.path.join(FLAGS.output_dir, f'{name}.md'), 'w') as f:
+    f.write('\n'.join(md) + '\n')
+  with open(os.path.join(FLAGS.output_dir, f'{name}.csv'), 'w') as f:
+    f.write('\n'.join(csv) + '\n')
+
+
+def accuracy_cell(seeds, key, variant_fn=None):
+  def cell(method, setting):
+    variant = variant_fn(setting) if variant_fn else ''
+    values, missing = final_values(setting, seeds, method, key, variant)
+    return grid.mean_std(values), values, missing
+  return cell
+
+
+def rounds_cell(seeds, key):
+  def cell(method, setting):
+    hits, missing, never = [], [], 0
+    for seed in seeds:
+      base = grid.load_summary(cell_dir(setting, seed, 'fedavg'))
+      this = grid.load_summary(cell_dir(setting, seed, method))
+      if base is None or this is None:
+        missing.append(f'{method} {setting} seed={seed}')
+        continue
+      found = rounds_to_target(setting, seed, method, key,
+                               base['final_round'][key])
+      if found is None:
+        never += 1
+      else:
+        hits.append(found)
+    if not hits and not never:
+      return '-', [], missing
+    text = (f'{np.mean(hits):.0f}' if hits else 'N/A')
+    if never and hits:
+      text += f' (N/A in {never})'
+    return text, hits, missing
+  return cell
+
+
+def write_tables(settings, seeds) -> None:
+  methods = FLAGS.methods
+  client_key, server_key = 'personal/accuracy_mean', 'global/accuracy_weighted'
+  shards = [s for s in settings if ':shards=' in s]
+  lda = [s for s in settings if ':dirichlet=' in s]
+  cell = accuracy_cell(seeds, client_key)
+  write_table('table1', 'Table I: average client top-1 (%), sharding',
+              methods, shards, cell)
+  write_table('table2', 'Table II: average client top-1 (%), LDA',
+              methods, lda, cell)
+  write_table('table3', 'Table III: global model top-1 (%)', methods,
+              settings, accuracy_cell(seeds, server_key))
+  write_table('table4', 'Table IV: rounds to FedAvg\'s final average client '
+              f'accuracy (resolution {FLAGS.eval_every} rounds)', methods,
+              settings, rounds_cell(seeds, client_key))
+  write_table('table5', 'Table V: rounds to FedAvg\'s final global accuracy '
+              f'(resolution {FLAGS.eval_every} rounds)', methods, settings,
+              rounds_cell(seeds, server_key))
+  write_table('table6', 'Table VI: ablation, average client top-1 (%)',
+              ['fedavg'] + FLAGS.ablation + ['fedpsd'],
+              FLAGS.ablation_settings, cell)
+  if FLAGS.architectures:
+    archs = [FLAGS.model] + FLAGS.architectures
+
+    def by_arch(method, arch):
+      variant = '' if arch == FLAGS.model else arch
+      values, missing = final_values(FLAGS.architecture_setting, seeds,
+                                     method, client_key, variant)
+      return grid.mean_std(values), values, missing
+    write_table('table7', 'Table VII: average client top-1 (%) by '
+                f'architecture, {FLAGS.architecture_setting}',
+                FLAGS.architecture_methods, archs, by_arch)
+
+
+# -------------------------------------------------------------- figures
+
+def write_figures(settings, seeds) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  seed = seeds[0]
+  for setting in settings:      # Fig. 3: curves per setting
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for method in FLAGS.methods:
+      path = os.path.join(cell_dir(setting, seed, method), 'rounds.csv')
+      if not os.path.exists(path):
+        continue
+      df = pd.read_csv(path)
+      for ax, key in zip(axes, ('test/global/accuracy_weighted',
+                                'test/personal/accuracy_mean')):
+        if key in df:
+          sub = df.dropna(subset=[key])
+          ax.plot(sub['round'], 100 * sub[key], label=method)
+    axes[0].set_title(f'global model, {setting}')
+    axes[1].set_title(f'average client, {setting}')
+    for ax in axes:
+      ax.set_xlabel('round')
+      ax.set_ylabel('top-1 (%)')
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.output_dir,
+                             f'fig3_curves_{grid.safe_name(setting)}.png'))
+    plt.close(fig)
+
+  def sweep_figure(values, variant_fn, xlabel, filename, default):
+    if not values:
+      return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    xs_all = sorted(set([default] + [float(v) for v in values]))
+    for method in FLAGS.sweep_methods:
+      xs, ys = [], []
+      for x in xs_all:
+        variant = '' if x == default else variant_fn(x)
+        acc, _ = final_values(settings[0], seeds, method,
+                              'personal/accuracy_mean', variant)
+        if acc:
+          xs.append(x)
+          ys.append(100 * np.mean(acc))
+      if xs:
+        ax.plot(xs, ys, 'o-', label=method)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel('average client top-1 (%)')
+    ax.set_title(settings[0])
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.output_dir, filename))
+    plt.close(fig)
+
+  sweep_figure(FLAGS.epoch_sweep, lambda e: f'E{int(e)}', 'local epochs',
+               'fig4_local_epochs.png', float(FLAGS.local_epochs))
+  sweep_figure(FLAGS.participation_sweep, lambda r: f'rate{r:g}',
+               'participation rate', 'fig5_participation.png',
+               FLAGS.participation_rate)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if not FLAGS.output_dir:
+    raise app.UsageError('--output_dir is required.')
+  settings = list(FLAGS.settings)
+  for s in settings + FLAGS.ablation_settings + [FLAGS.architecture_setting]:
+    parse_setting(s)
+  for m in (FLAGS.methods + FLAGS.ablation + FLAGS.architecture_methods
+            + FLAGS.sweep_methods):
+    grid.parse_method(m)
+  seeds = [int(s) for s in FLAGS.seeds]
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  t0 = time.time()
+  for setting in settings:
+    run_cells(setting, seeds, FLAGS.methods)
+    write_tables(settings, seeds)
+  for setting in FLAGS.ablation_settings:
+    run_cells(setting, seeds, ['fedavg', 'fedpsd'] + FLAGS.ablation)
+  for arch in FLAGS.architectures:
+    run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods,
+              variant=arch, model=arch)
+  for epochs in FLAGS.epoch_sweep:
+    if int(epochs) != FLAGS.local_epochs:
+      run_cells(settings[0], seeds, FLAGS.sweep_methods,
+                variant=f'E{int(epochs)}', local_epochs=int(epochs))
+  for rate in FLAGS.participation_sweep:
+    if float(rate) != FLAGS.participation_rate:
+      run_cells(settings[0], seeds, FLAGS.sweep_methods,
+                variant=f'rate{float(rate):g}',
+                participation_rate=float(rate))
+  write_tables(settings, seeds)
+  write_figures(settings, seeds)
+  for name in ('table1', 'table2', 'table3', 'table6'):
+    print(open(os.path.join(FLAGS.output_dir, f'{name}.md')).read())
+  print(f'done in {time.time() - t0:.0f}s', flush=True)
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)

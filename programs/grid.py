@@ -1,0 +1,107 @@
+"""Shared pieces of the paper-table programs: method specs and grid cells.
+
+A grid cell is one `(data config, method)` run in its own folder, written by
+`experiment.write_outputs` (summary.json, rounds.csv, clients.csv) with
+checkpoints beside it, so a grid program can be stopped and restarted: a
+cell whose summary.json exists is done, a cell with checkpoints resumes.
+
+Methods are registered algorithm names with optional hyperparameters,
+`name:key=value;key=value`, values in JSON (`ditto:lambda_=0.01`,
+`fedpsd:rhpk=false;psd=true`).
+"""
+
+import copy
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+from absl import app
+import numpy as np
+
+from tff_pfl import experiment
+from tff_pfl.algorithms import registry as algorithms
+
+_SAFE = re.compile(r'[^A-Za-z0-9_.=-]+')
+
+
+def safe_name(text: str) -> str:
+  """A folder name for a method or cell label."""
+  return _SAFE.sub('_', text)
+
+
+def parse_method(text: str) -> tuple[str, dict[str, Any]]:
+  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...})."""
+  name, _, params = text.partition(':')
+  if name not in algorithms.ALGORITHMS:
+    raise app.UsageError(f'unknown method {name!r}; known: '
+                         f'{sorted(algorithms.ALGORITHMS)}.')
+  out = {}
+  for item in filter(None, params.split(';')):
+    key, sep, value = item.partition('=')
+    if not sep or not key:
+      raise app.UsageError(f'method parameter {item!r} of {text!r} must be '
+                           'key=value.')
+    try:
+      out[key] = json.loads(value)
+    except json.JSONDecodeError as e:
+      raise app.UsageError(f'value of {key} in {text!r} is not JSON: '
+                           f'{value!r}') from e
+  return name, out
+
+
+def load_summary(out: str) -> Optional[dict[str, Any]]:
+  """The cell's summary.json, or None when the cell has not finished."""
+  path = os.path.join(out, 'summary.json')
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def run_cell(config: experiment.ExperimentConfig,
+             data: experiment.PreparedData, method: str, out: str, *,
+             checkpoint_every: int,
+             default_params: Optional[dict[str, Any]] = None,
+             store_dir: Optional[str] = None,
+             after: Optional[Callable[[Any, str], None]] = None) -> Any:
+  """Runs one cell (resuming its checkpoints) and writes its outputs.
+
+  Args:
+    config: the data/training config of the cell.
+    data: `experiment.prepare(config)`.
+    method: a method spec, see the module docstring.
+    out: the cell's folder.
+    checkpoint_every: rounds between checkpoints.
+    default_params: hyperparameters applied unless the spec overrides them.
+    store_dir: keep client states on disk there (many clients).
+    after: optional `(result, out) -> None` run after the outputs are
+      written (e.g. to dump per-client state for a figure).
+  """
+  name, params = parse_method(method)
+  params = dict(default_params or {}, **params)
+  cfg = copy.deepcopy(config)
+  cfg.algorithm_params = {name: params}
+  t0 = time.time()
+  result = experiment.run_algorithm(
+      cfg, data, name, store_dir=store_dir,
+      checkpoint_dir=os.path.join(out, 'checkpoints'),
+      checkpoint_every=checkpoint_every,
+      metrics_dir=os.path.join(out, 'metrics'))
+  experiment.write_outputs(out, cfg, method, result, data.partition)
+  if after is not None:
+    after(result, out)
+  acc = result.final.get('personal/accuracy_mean', float('nan'))
+  print(f'{out}: personalized acc {acc:.4f} ({time.time() - t0:.0f}s)',
+        flush=True)
+  return result
+
+
+def mean_std(values: list[float]) -> str:
+  """'m ± s' in percent points of fractions, '-' when empty."""
+  if not values:
+    return '-'
+  v = 100 * np.asarray(values, np.float64)
+  return f'{v.mean():.2f} ± {v.std():.2f}'
