@@ -221,3 +221,17 @@ class TestMakeBatchedDataset:
   def test_padding_must_be_non_negative(self):
     with pytest.raises(ValueError, match='padding must be >= 0'):
       C.random_crop_flip(-1)
+
+
+def test_with_index_survives_shuffle_and_augmentation():
+  x = np.arange(10, dtype=np.float32).reshape(10, 1, 1, 1)
+  base = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x, y=np.arange(10, dtype=np.int64)))
+  ds = C.make_batched_dataset(
+      C.with_index(base), batch_size=4, shuffle_seed=3,
+      augment=C.normalize(0.0, 1.0))
+  seen = []
+  for batch in ds:
+    np.testing.assert_array_equal(batch['index'], batch['y'])
+    seen += list(batch['index'].numpy())
+  assert sorted(seen) == list(range(10)) and seen != list(range(10))
