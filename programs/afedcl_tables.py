@@ -9,12 +9,18 @@ k training samples per client) and writes, under --output_dir:
                            (partition, shots); missing cells are listed
   fig4_discrimination.png  mean L_D per round, AFedCL with and without DCC
   fig5_ld_vs_fusion.png    final L_D^k vs A_k over clients, regression line
+  fig7_tsne.png            t-SNE of each client's personalized test
+                           features (rows clients, columns --tsne_methods;
+                           AFedCL's are the fused features of Eq. 9)
   fig8_lambda.png          accuracy of AFedCL and Ditto over --lambdas
+  fig9a_backbones.png      --sweep_methods per encoder (--model, --backbones)
+  fig9b_clients.png        --sweep_methods for --client_counts clients
+                           sharing --total_samples training samples
   fig10_ablation.png       AFedCL without DCC / CAA / AFF vs full
 
 Methods are names from `programs.run --list`, optionally with parameters:
 `afedcl:dcc=0`, `ditto:lambda_=0.01`. Every cell is a resumable run in
-`DIR/<partition>_k<shots>/seed<seed>/<method>/`; a finished cell (its
+`DIR/<partition>_k<shots>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
 summary.json exists) is not run again, so the program can be stopped and
 restarted at will. Example (the paper's NEU-CLS rows; hours on 2 cores):
 
@@ -57,6 +63,17 @@ flags.DEFINE_list('ablation', ['afedcl:dcc=0', 'afedcl:caa=0',
                   'AFedCL ablation variants run for Figs. 4 and 10.')
 flags.DEFINE_list('lambdas', [], 'If given, lambda sweep for AFedCL and '
                   'Ditto (Fig. 8), e.g. 0.01,0.1,1.')
+flags.DEFINE_list('tsne_methods', ['fedavg', 'fedrep', 'fedala', 'afedcl'],
+                  'Methods whose per-client features are plotted with t-SNE '
+                  '(Fig. 7; first cell, first seed); empty to skip.')
+flags.DEFINE_list('backbones', [], 'Extra encoders for Fig. 9(a), e.g. '
+                  'resnet18,resnet50 (--model is the first bar).')
+flags.DEFINE_list('client_counts', [], 'Client counts for Fig. 9(b), e.g. '
+                  '2,10, sharing --total_samples training samples.')
+flags.DEFINE_integer('total_samples', 50, 'Training samples shared by all '
+                     'clients in Fig. 9(b).')
+flags.DEFINE_list('sweep_methods', ['afedcl', 'fedavg', 'fedrep', 'fedala'],
+                  'Methods of Fig. 9 (first partition, first shots).')
 flags.DEFINE_integer('num_clients', 5, 'Clients (paper: 5).')
 flags.DEFINE_integer('rounds', 200, 'Rounds (paper: 200).')
 flags.DEFINE_integer('local_epochs', 3, 'Local epochs (paper: 3).')
@@ -83,8 +100,10 @@ def parse_partition(text: str) -> tuple[str, dict]:
                        f', got {text!r}.')
 
 
-def cell_dir(partition: str, shots: int, seed: int, method: str) -> str:
-  return os.path.join(FLAGS.output_dir, grid.safe_name(f'{partition}_k{shots}'),
+def cell_dir(partition: str, shots: int, seed: int, method: str,
+             variant: str = '') -> str:
+  label = f'{partition}_k{shots}' + (f'_{variant}' if variant else '')
+  return os.path.join(FLAGS.output_dir, grid.safe_name(label),
                       f'seed{seed}', grid.safe_name(method))
 
 
@@ -101,13 +120,41 @@ def _dump_afedcl_clients(result, out: str) -> None:
     json.dump(rows, f, indent=1)
 
 
-def run_cell(config, data, method: str, out: str) -> None:
+def _features_dumper(data):
+  """After-hook saving each client's personalized test features (Fig. 7)."""
+
+  def dump(result, out: str) -> None:
+    arrays = {}
+    for cid in data.client_ids:
+      xs, ys = [], []
+      for batch in data.dataset_fn(cid, 0, 'test'):
+        xs.append(batch['x'])
+        ys.append(batch['y'].numpy())
+      feats = result.process.personal_features(
+          result.server_state.global_model_weights, result.store.get(cid),
+          tf.concat(xs, 0))
+      arrays[f'{cid}/features'] = np.asarray(feats).reshape(len(feats), -1)
+      arrays[f'{cid}/labels'] = np.concatenate(ys)
+    np.savez_compressed(os.path.join(out, 'features.npz'), **arrays)
+
+  return dump
+
+
+def run_cell(config, data, method: str, out: str,
+             features: bool = False) -> None:
   name, _ = parse_method(method)
   defaults = None
-  after = None
+  hooks = []
   if name == 'afedcl':
     defaults = {'lambda_': FLAGS.afedcl_lambda, 'seed': config.seed}
-    after = _dump_afedcl_clients
+    hooks.append(_dump_afedcl_clients)
+  if features:
+    hooks.append(_features_dumper(data))
+
+  def after(result, out):
+    for hook in hooks:
+      hook(result, out)
+
   grid.run_cell(config, data, method, out,
                 checkpoint_every=max(1, FLAGS.eval_every),
                 default_params=defaults, after=after)
@@ -240,53 +287,183 @@ def write_figures(partitions, shots, seeds) -> None:
     plt.close(fig)
 
 
+def make_config(partition: str, shots: int, seed: int, *, model=None,
+                num_clients=None) -> experiment.ExperimentConfig:
+  kind, params = parse_partition(partition)
+  clients = num_clients or FLAGS.num_clients
+  return experiment.ExperimentConfig(
+      dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
+      dataset_options=({'image_size': FLAGS.image_size}
+                       if FLAGS.dataset in ('neu_cls', 'cifar10') else {}),
+      partition=kind, partition_params=params, num_clients=clients,
+      clients_per_round=clients, max_train_samples=shots,
+      model=model or FLAGS.model,
+      model_options=(json.loads(FLAGS.model_options)
+                     if model in (None, FLAGS.model) else {}),
+      rounds=FLAGS.rounds, local_epochs=FLAGS.local_epochs,
+      batch_size=FLAGS.batch_size, optimizer=FLAGS.optimizer,
+      learning_rate=FLAGS.learning_rate, eval_every=FLAGS.eval_every,
+      seed=seed)
+
+
+def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
+  """Fig. 9 cells: --sweep_methods at one (partition, shots) variant."""
+  for seed in seeds:
+    todo = [m for m in FLAGS.sweep_methods if load_summary(
+        cell_dir(partition, shots, seed, m, variant)) is None]
+    if not todo:
+      continue
+    config = make_config(partition, shots, seed, **config_kwargs)
+    data = experiment.prepare(config)
+    for method in todo:
+      run_cell(config, data, method,
+               cell_dir(partition, shots, seed, method, variant))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if not FLAGS.output_dir:
     raise app.UsageError('--output_dir is required.')
-  for m in FLAGS.methods + FLAGS.ablation:
+  for m in (FLAGS.methods + FLAGS.ablation + FLAGS.tsne_methods
+            + FLAGS.sweep_methods):
     parse_method(m)
+  for p in FLAGS.partitions:
+    parse_partition(p)
   shots = [int(k) for k in FLAGS.shots]
   seeds = [int(s) for s in FLAGS.seeds]
+  counts = [int(c) for c in FLAGS.client_counts]
+  for c in counts:
+    if not 1 <= c <= FLAGS.total_samples:
+      raise app.UsageError(f'client count {c} must be in [1, '
+                           f'--total_samples={FLAGS.total_samples}].')
   lambda_variants = [f'{n}:lambda_={lam}' for lam in FLAGS.lambdas
                      for n in ('afedcl', 'ditto')]
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   t0 = time.time()
+  first = (FLAGS.partitions[0], shots[0])
   for partition in FLAGS.partitions:
-    kind, params = parse_partition(partition)
     for k in shots:
       for seed in seeds:
-        config = experiment.ExperimentConfig(
-            dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
-            dataset_options=({'image_size': FLAGS.image_size}
-                             if FLAGS.dataset in ('neu_cls', 'cifar10')
-                             else {}),
-            partition=kind, partition_params=params,
-            num_clients=FLAGS.num_clients,
-            clients_per_round=FLAGS.num_clients, max_train_samples=k,
-            model=FLAGS.model, model_options=json.loads(FLAGS.model_options),
-            rounds=FLAGS.rounds, local_epochs=FLAGS.local_epochs,
-            batch_size=FLAGS.batch_size, optimizer=FLAGS.optimizer,
-            learning_rate=FLAGS.learning_rate, eval_every=FLAGS.eval_every,
-            seed=seed)
+        config = make_config(partition, k, seed)
         data = experiment.prepare(config)
-        # Ablation (all seeds) and lambda sweep (first seed) run only at the
-        # first (partition, shots) cell. Fresh lists: never alias the flags.
-        first_cell = (partition, k) == (FLAGS.partitions[0], shots[0])
+        # Ablation (all seeds) and lambda sweep and t-SNE features (first
+        # seed) run only at the first (partition, shots) cell. Fresh lists:
+        # never alias the flags.
+        first_cell = (partition, k) == first
         extra = list(FLAGS.ablation) if first_cell else []
         if first_cell and seed == seeds[0]:
           extra += lambda_variants
-        for method in FLAGS.methods + extra:
+        tsne = first_cell and seed == seeds[0]
+        for method in dict.fromkeys(
+            FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
           out = cell_dir(partition, k, seed, method)
-          if load_summary(out) is None:
-            run_cell(config, data, method, out)
+          features = tsne and method in FLAGS.tsne_methods
+          if load_summary(out) is None or (
+              features and not os.path.exists(
+                  os.path.join(out, 'features.npz'))):
+            run_cell(config, data, method, out, features=features)
         write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
+  for backbone in FLAGS.backbones:
+    if backbone != FLAGS.model:
+      run_variant(*first, seeds, backbone, model=backbone)
+  for c in counts:
+    run_variant(first[0], FLAGS.total_samples // c, seeds, f'K{c}',
+                num_clients=c)
   missing = write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
   write_figures(FLAGS.partitions, shots, seeds)
+  write_fig7(*first, seeds[0])
+  write_fig9(*first, seeds, counts)
   print(open(os.path.join(FLAGS.output_dir, 'table2.md')).read())
   print(f'done in {time.time() - t0:.0f}s; missing cells: {len(missing)}')
   return 0
+
+
+def write_fig7(partition, shots, seed) -> None:
+  """t-SNE of each client's personalized test features, per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from sklearn import manifold  # pylint: disable=g-import-not-at-top
+  loaded = {}
+  for method in FLAGS.tsne_methods:
+    path = os.path.join(cell_dir(partition, shots, seed, method),
+                        'features.npz')
+    if os.path.exists(path):
+      loaded[method] = np.load(path)
+  if not loaded:
+    return
+  clients = sorted({key.split('/')[0] for f in loaded.values()
+                    for key in f.files})
+  fig, axes = plt.subplots(len(clients), len(loaded), squeeze=False,
+                           figsize=(2.6 * len(loaded), 2.4 * len(clients)))
+  for j, (method, arrays) in enumerate(loaded.items()):
+    for i, cid in enumerate(clients):
+      ax = axes[i][j]
+      x, y = arrays[f'{cid}/features'], arrays[f'{cid}/labels']
+      if len(x) > 2:
+        emb = manifold.TSNE(n_components=2, init='pca', random_state=seed,
+                            perplexity=min(30.0, (len(x) - 1) / 3)
+                            ).fit_transform(x)
+        ax.scatter(emb[:, 0], emb[:, 1], c=y, cmap='tab10', s=6,
+                   vmin=0, vmax=9)
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if i == 0:
+        ax.set_title(method, fontsize=9)
+      if j == 0:
+        ax.set_ylabel(f'client {cid}', fontsize=8)
+  fig.tight_layout()
+  fig.savefig(os.path.join(FLAGS.output_dir, 'fig7_tsne.png'), dpi=120)
+  plt.close(fig)
+
+
+def write_fig9(partition, shots, seeds, counts) -> None:
+  """(a) accuracy per backbone, (b) per number of clients."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  def accuracy(part, k, method, variant):
+    accs = [load_summary(cell_dir(part, k, s, method, variant))
+            for s in seeds]
+    accs = [100 * a['final_round']['personal/accuracy_mean']
+            for a in accs if a]
+    return np.mean(accs) if accs else None
+
+  if FLAGS.backbones:
+    backbones = list(dict.fromkeys([FLAGS.model] + FLAGS.backbones))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    width = 0.8 / len(FLAGS.sweep_methods)
+    for i, method in enumerate(FLAGS.sweep_methods):
+      values = [accuracy(partition, shots, method,
+                         '' if b == FLAGS.model else b) for b in backbones]
+      xs = [j + i * width for j, v in enumerate(values) if v is not None]
+      ax.bar(xs, [v for v in values if v is not None], width, label=method)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(backbones))])
+    ax.set_xticklabels(backbones)
+    ax.set_ylabel('mean personalized accuracy (%)')
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.output_dir, 'fig9a_backbones.png'))
+    plt.close(fig)
+  if counts:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for method in FLAGS.sweep_methods:
+      xs, ys = [], []
+      for c in counts:
+        v = accuracy(partition, FLAGS.total_samples // c, method, f'K{c}')
+        if v is not None:
+          xs.append(c)
+          ys.append(v)
+      if xs:
+        ax.plot(xs, ys, 'o-', label=method)
+    ax.set_xlabel(f'clients (sharing {FLAGS.total_samples} training samples)')
+    ax.set_ylabel('mean personalized accuracy (%)')
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FLAGS.output_dir, 'fig9b_clients.png'))
+    plt.close(fig)
 
 
 if __name__ == '__main__':

@@ -11,11 +11,14 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   args = ['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
           '--seeds=0,1', '--methods=afedcl,fedavg',
           '--ablation=', '--rounds=1', '--local_epochs=1',
+          '--tsne_methods=afedcl,fedavg', '--client_counts=2',
+          '--total_samples=20', '--sweep_methods=fedavg',
           '--model=mlp', '--optimizer=sgd', '--learning_rate=0.05',
           '--eval_every=1', f'--output_dir={tmp_path}']
   proc = _run(args)
   assert proc.returncode == 0, proc.stdout[-3000:]
-  assert proc.stdout.count('personalized acc') == 4
+  # 2 seeds x 2 methods, plus fedavg with 2 clients x 10 shots x 2 seeds.
+  assert proc.stdout.count('personalized acc') == 6
   table = (tmp_path / 'table2.md').read_text()
   assert '| afedcl |' in table and '| fedavg |' in table
   assert 'n=2' in table and 'Missing' not in table
@@ -23,10 +26,14 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   assert csv[0].startswith('method,partition,shots,acc_mean')
   assert len(csv) == 3
   for fig in ('fig4_discrimination.png', 'fig5_ld_vs_fusion.png',
-              'fig10_ablation.png'):
+              'fig7_tsne.png', 'fig9b_clients.png', 'fig10_ablation.png'):
     assert (tmp_path / fig).stat().st_size > 1000
   cell = tmp_path / 'disjoint_3_k10' / 'seed1' / 'afedcl'
   assert (cell / 'afedcl_clients.json').exists()
+  features = tmp_path / 'disjoint_3_k10' / 'seed0' / 'afedcl' / 'features.npz'
+  assert features.exists() and not (cell / 'features.npz').exists()
+  assert (tmp_path / 'disjoint_3_k10_K2' / 'seed1' / 'fedavg' /
+          'summary.json').exists()
   # A second call finds every cell finished and trains nothing.
   again = _run(args)
   assert again.returncode == 0, again.stdout[-3000:]

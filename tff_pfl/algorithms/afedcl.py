@@ -266,6 +266,19 @@ def build_afedcl(
     return fused_eval(spec.keras_model_fn(), spec.keras_model_fn(),
                       global_weights, client_state, dataset)
 
+  def personal_features(global_weights, client_state, x):
+    """Eager: the features C_k sees, A E_G(x) + (1 - A) E_k(x) (Eq. 9)."""
+    local_model, global_model = spec.keras_model_fn(), spec.keras_model_fn()
+    model_spec_lib.assign_weights(
+        local_model, process_lib._as_model_weights(client_state.model_weights))  # pylint: disable=protected-access
+    assign_global_encoder(global_model,
+                          process_lib._as_model_weights(global_weights))  # pylint: disable=protected-access
+    local = local_model.get_layer('encoder')(x, training=False)
+    if not aff:
+      return local
+    return fusion.fuse(global_model.get_layer('encoder')(x, training=False),
+                       local, client_state.fusion_logit)
+
   def initial_state(client_id: str) -> AFedCLClientState:
     del client_id
     return AFedCLClientState(
@@ -276,7 +289,8 @@ def build_afedcl(
 
   work = process_lib.ClientWork(
       update=update, state_type=state_type, initial_state=initial_state,
-      personal_eval=personal_eval, global_model_evaluable=False)
+      personal_eval=personal_eval, global_model_evaluable=False,
+      personal_features=personal_features)
   return process_lib.compose_with_global_model(
       spec, initial_weights, work, server_optimizer=server_optimizer,
       aggregator_factory=weighted_aggregation.ScoreWeightedMeanFactory(

@@ -73,6 +73,7 @@ class RunResult:
       first round (tracing and worker start-up).
     server_state: the final server state.
     store: the client-state store, holding every client's final state.
+    process: the process that ran (e.g. for `personal_features`).
   """
   rounds: list[dict[str, Any]]
   clients: list[dict[str, Any]]
@@ -83,6 +84,7 @@ class RunResult:
   first_round_seconds: float
   server_state: Any
   store: Any = None
+  process: Any = None
 
 
 async def _release(managers: Sequence[Any], row: dict[str, Any],
@@ -266,4 +268,4 @@ def run(
                    best_val=best_val, best_test=best_test or final,
                    seconds_per_round=float(np.mean(later)),
                    first_round_seconds=times[0],
-                   server_state=server_state, store=store)
+                   server_state=server_state, store=store, process=process)

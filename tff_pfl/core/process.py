@@ -124,6 +124,10 @@ class ClientWork:
     global_model_evaluable: False when the global weights are not a usable
       classifier on their own (e.g. FedPer's global head is never trained),
       so that no "global" metrics are reported.
+    personal_features: for methods with `personal_eval`, an eager function
+      `(global ModelWeights, C, x) -> features` giving the representation
+      the personalized classifier sees (e.g. AFedCL's fused features); by
+      default the encoder output of the personalized model.
   """
   update: tff.Computation
   state_type: tff.Type
@@ -131,6 +135,7 @@ class ClientWork:
   personal_weights: Optional[Callable[[Any, Any], Any]] = None
   personal_eval: Optional[Callable[[Any, Any, Any], Any]] = None
   global_model_evaluable: bool = True
+  personal_features: Optional[Callable[[Any, Any, Any], Any]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +147,30 @@ class PersonalizedProcess:
   initial_client_state: Callable[[str], Any]
   has_global_model: bool
   name: str = ''
+  personal_features: Optional[Callable[[Any, Any, Any], Any]] = None
 
   def get_model_weights(self, server_state: ServerState) -> Any:
     return server_state.global_model_weights
+
+
+def _default_personal_features(spec: model_spec_lib.ModelSpec,
+                               personal_fn: Optional[Callable[..., Any]]):
+  """Encoder output of the personalized model (eager, for figures)."""
+
+  def features(global_weights, client_state, x):
+    weights = _as_model_weights(global_weights)
+    if personal_fn is not None:
+      weights = _as_model_weights(personal_fn(weights, client_state))
+    model = spec.keras_model_fn()
+    model_spec_lib.assign_weights(model, weights)
+    try:
+      encoder = model.get_layer('encoder')
+    except ValueError as e:
+      raise ValueError('personal features need a model with an \'encoder\' '
+                       'sub-model (keras_models.build_model).') from e
+    return encoder(x, training=False)
+
+  return features
 
 
 def _as_model_weights(value: Any) -> ModelWeights:
@@ -288,10 +314,16 @@ def compose_personalized_process(
   evaluate_fn = _build_evaluate(spec, weights_type, data_type, state_type,
                                 server_state_type, client_work,
                                 has_global=has_global)
+  if client_work.personal_eval is not None:
+    features_fn = client_work.personal_features
+  else:
+    features_fn = _default_personal_features(spec,
+                                             client_work.personal_weights)
   return PersonalizedProcess(
       initialize=initialize_fn, next=next_fn, evaluate=evaluate_fn,
       initial_client_state=client_work.initial_state,
-      has_global_model=has_global, name=name)
+      has_global_model=has_global, name=name,
+      personal_features=features_fn)
 
 
 def _build_evaluate(spec, weights_type, data_type, state_type,
