@@ -1,6 +1,7 @@
 """FedPSD: each switch changes training, all off is FedAvg, state is kept."""
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -64,9 +65,15 @@ def full_run():
   return process, _run(process)
 
 
+@functools.lru_cache(maxsize=None)
+def _switch_run(rhpk, psd, cll):
+  """One round of FedPSD with the given switches (cached: built once)."""
+  return _run(_build(rhpk=rhpk, psd=psd, cll=cll), rounds=1)
+
+
 def test_all_switches_off_is_fedavg():
-  off = _run(_build(rhpk=False, psd=False, cll=False))[0]
-  avg = _run(_build(fedavg.build_fedavg))[0]
+  off = _switch_run(rhpk=False, psd=False, cll=False)[0]
+  avg = _run(_build(fedavg.build_fedavg), rounds=1)[0]
   np.testing.assert_allclose(_flat(off.global_model_weights),
                              _flat(avg.global_model_weights), atol=1e-5)
 
@@ -74,9 +81,9 @@ def test_all_switches_off_is_fedavg():
 @pytest.mark.parametrize('switch', ['rhpk', 'psd', 'cll'])
 def test_each_switch_changes_training(switch):
   flags = dict(rhpk=False, psd=False, cll=False)
-  off_state, _, off_metrics = _run(_build(**flags), rounds=1)
+  off_state, _, off_metrics = _switch_run(**flags)
   flags[switch] = True
-  on_state, _, on_metrics = _run(_build(**flags), rounds=1)
+  on_state, _, on_metrics = _switch_run(**flags)
   diff = np.abs(_flat(on_state.global_model_weights)
                 - _flat(off_state.global_model_weights)).max()
   assert diff > 1e-4
