@@ -402,6 +402,9 @@ def write_fig7(partition, shots, seed) -> None:
       ax = axes[i][j]
       x, y = arrays[f'{cid}/features'], arrays[f'{cid}/labels']
       if len(x) > 2:
+        # Standardized per feature, so that a few large ReLU units do not
+        # dominate the distances.
+        x = (x - x.mean(axis=0)) / (x.std(axis=0) + 1e-6)
         emb = manifold.TSNE(n_components=2, init='pca', random_state=seed,
                             perplexity=min(30.0, (len(x) - 1) / 3)
                             ).fit_transform(x)
