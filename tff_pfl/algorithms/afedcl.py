@@ -66,20 +66,6 @@ class AFedCLClientState(NamedTuple):
   num_participations: Any
 
 
-def _split(spec: model_spec_lib.ModelSpec):
-  """Feature dim, and counts of encoder trainable/non-trainable tensors."""
-  with tf.Graph().as_default():
-    model = spec.keras_model_fn()
-    try:
-      encoder = model.get_layer('encoder')
-      model.get_layer('head')
-    except ValueError as e:
-      raise ValueError('AFedCL needs a model from keras_models.build_model '
-                       "with 'encoder' and 'head' sub-models.") from e
-    return (int(encoder.output_shape[-1]), len(encoder.trainable_weights),
-            len(encoder.non_trainable_weights))
-
-
 def build_afedcl(
     spec: model_spec_lib.ModelSpec,
     *,
@@ -121,7 +107,7 @@ def build_afedcl(
                      f'{initial_fusion_weight}.')
   if local_epochs < 1:
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
-  feature_dim, n_enc, n_enc_nt = _split(spec)
+  feature_dim, n_enc, n_enc_nt = spec.encoder_sizes('AFedCL')
   grl_weight = float(lambda_) if dcc else 0.0
 
   def make_discriminator():

@@ -47,18 +47,10 @@ import tensorflow_federated as tff
 from tff_pfl.algorithms import fedntd
 from tff_pfl.core import model_spec as model_spec_lib
 from tff_pfl.core import process as process_lib
+from tff_pfl.templates import client_works
 from tff_pfl.templates import distillation
 
 ModelWeights = tff.learning.models.ModelWeights
-
-
-def label_counts(dataset: tf.data.Dataset, num_classes: int) -> tf.Tensor:
-  """float32 [num_classes]: how many examples of each class `dataset` has."""
-  def add(counts, batch):
-    labels = tf.cast(tf.reshape(batch['y'], [-1]), tf.int32)
-    return counts + tf.reduce_sum(tf.one_hot(labels, num_classes), axis=0)
-
-  return dataset.reduce(tf.zeros([num_classes], tf.float32), add)
 
 
 def major_label_mask(counts: tf.Tensor) -> tf.Tensor:
@@ -116,7 +108,7 @@ def build_fedlmd(
   num_classes = spec.num_outputs
 
   def client_info(dataset):
-    major = major_label_mask(label_counts(dataset, num_classes))
+    major = major_label_mask(client_works.label_counts(dataset, num_classes))
     return major, collections.OrderedDict(
         num_major_labels=tf.reduce_sum(tf.cast(major, tf.float32)))
 

@@ -122,7 +122,7 @@ def build_fedpsd(
   @tf.function
   def train(model, start_weights, dataset, round_num, history, seen):
     model_spec_lib.assign_weights(model, start_weights)
-    counts = calibrated_loss.label_counts(dataset, num_classes)
+    counts = client_works.label_counts(dataset, num_classes)
     num_samples = tf.cast(tf.reduce_sum(counts), tf.int32)
     alpha = tf.minimum(
         tf.cast(round_num + 1, tf.float32) / float(total_rounds), 1.0)

@@ -60,18 +60,6 @@ class MOONClientState(NamedTuple):
   num_participations: Any   # 0: no previous model yet (use the global one)
 
 
-def check_encoder_head(spec: model_spec_lib.ModelSpec, method: str) -> None:
-  """Raises ValueError unless the spec's model has 'encoder' and 'head'."""
-  with tf.Graph().as_default():
-    model = spec.keras_model_fn()
-    try:
-      model.get_layer('encoder')
-      model.get_layer('head')
-    except ValueError as e:
-      raise ValueError(f'{method} needs a model from keras_models.build_model '
-                       "with 'encoder' and 'head' sub-models.") from e
-
-
 def build_moon(
     spec: model_spec_lib.ModelSpec,
     *,
@@ -105,7 +93,7 @@ def build_moon(
   if not 0.0 < learning_rate_decay <= 1.0:
     raise ValueError('learning_rate_decay must be in (0, 1], got '
                      f'{learning_rate_decay}.')
-  check_encoder_head(spec, 'MOON')
+  spec.encoder_sizes('MOON')
   mu = float(mu)
   temperature = float(temperature)
 

@@ -97,6 +97,25 @@ class ModelSpec:
                          'model\'s last ones, after a non-empty body.')
       return n
 
+  def encoder_sizes(self, method: str) -> tuple[int, int, int]:
+    """Feature dim and encoder trainable / non-trainable tensor counts.
+
+    For methods that need the 'encoder' and 'head' sub-models of
+    `keras_models.build_model` (AFedCL, MOON); a ValueError naming `method`
+    otherwise.
+    """
+    with tf.Graph().as_default():
+      model = self.keras_model_fn()
+      try:
+        encoder = model.get_layer('encoder')
+        model.get_layer('head')
+      except ValueError as e:
+        raise ValueError(f'{method} needs a model from keras_models.'
+                         "build_model with 'encoder' and 'head' "
+                         'sub-models.') from e
+      return (int(encoder.output_shape[-1]), len(encoder.trainable_weights),
+              len(encoder.non_trainable_weights))
+
   def data_type(self) -> tff.SequenceType:
     """The TFF type of one client's batched dataset."""
     return tff.SequenceType(tff.types.tensorflow_to_type(self.input_spec))

@@ -24,15 +24,6 @@ import tensorflow as tf
 MASKED_LOGIT = -1e9
 
 
-def label_counts(dataset: tf.data.Dataset, num_classes: int) -> tf.Tensor:
-  """Per-class counts (float32 [num_classes]) of a batched dataset's `y`."""
-  def add(counts, batch):
-    labels = tf.cast(tf.reshape(batch['y'], [-1]), tf.int32)
-    return counts + tf.math.bincount(labels, minlength=num_classes,
-                                     maxlength=num_classes, dtype=tf.float32)
-  return dataset.reduce(tf.zeros([num_classes], tf.float32), add)
-
-
 def calibrate_logits(logits: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
   """`logits + ln P(y)` with P from `counts`; absent classes masked."""
   counts = tf.cast(counts, logits.dtype)

@@ -122,6 +122,19 @@ def round_learning_rate(
   return base * tf.pow(tf.constant(decay), tf.cast(round_num, tf.float32))
 
 
+def label_counts(dataset: tf.data.Dataset, num_classes: int) -> tf.Tensor:
+  """float32 [num_classes]: how many examples of each class `dataset` has.
+
+  One pass over a batched client dataset's `y` (FedPSD's label prior,
+  FedLMD's major labels).
+  """
+  def add(counts, batch):
+    labels = tf.cast(tf.reshape(batch['y'], [-1]), tf.int32)
+    return counts + tf.math.bincount(labels, minlength=num_classes,
+                                     maxlength=num_classes, dtype=tf.float32)
+  return dataset.reduce(tf.zeros([num_classes], tf.float32), add)
+
+
 def model_delta(start: Any, final: Any) -> ModelWeights:
   """The upload of delta-based methods.
 

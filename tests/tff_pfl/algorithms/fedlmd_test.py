@@ -11,6 +11,7 @@ from tff_pfl.algorithms import fedlmd
 from tff_pfl.algorithms import fedntd
 from tff_pfl.algorithms import registry
 from tff_pfl.core import model_spec
+from tff_pfl.templates import client_works
 
 from tests.tff_pfl import conftest as helpers
 from tests.tff_pfl.algorithms import eager_reference as eager
@@ -94,7 +95,7 @@ def _ntd_for(dataset):
 def test_major_labels_use_the_mean_over_all_classes():
   ds = helpers.to_dataset(np.zeros((5, helpers.NUM_FEATURES), np.float32),
                           np.array([0, 1, 0, 1, 0], np.int64), batch_size=2)
-  counts = fedlmd.label_counts(ds, K)
+  counts = client_works.label_counts(ds, K)
   np.testing.assert_array_equal(counts.numpy(), [3.0, 2.0, 0.0])
   # Mean over all 3 classes is 5/3: classes 0 and 1 are major (a mean over
   # the present classes, 2.5, would make only class 0 major).

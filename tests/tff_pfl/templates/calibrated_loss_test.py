@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_pfl.templates import calibrated_loss
+from tff_pfl.templates import client_works
 from tff_pfl.templates import distillation
 
 
@@ -59,7 +60,7 @@ def test_label_counts():
   ds = tf.data.Dataset.from_tensor_slices(
       dict(y=np.array([0, 2, 2, 2, 0], np.int64))).batch(2)
   np.testing.assert_array_equal(
-      calibrated_loss.label_counts(ds, 4).numpy(), [2, 0, 3, 0])
+      client_works.label_counts(ds, 4).numpy(), [2, 0, 3, 0])
 
 
 def test_soft_target_kl_matches_numpy_and_one_hot_is_cross_entropy():
