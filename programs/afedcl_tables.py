@@ -309,8 +309,8 @@ def make_config(partition: str, shots: int, seed: int, *, model=None,
 def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
   """Fig. 9 cells: --sweep_methods at one (partition, shots) variant."""
   for seed in seeds:
-    todo = [m for m in FLAGS.sweep_methods if load_summary(
-        cell_dir(partition, shots, seed, m, variant)) is None]
+    todo = [m for m in FLAGS.sweep_methods if grid.needs_run(
+        cell_dir(partition, shots, seed, m, variant), FLAGS.rounds)]
     if not todo:
       continue
     config = make_config(partition, shots, seed, **config_kwargs)
@@ -359,7 +359,7 @@ def main(argv):
             FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
           out = cell_dir(partition, k, seed, method)
           features = tsne and method in FLAGS.tsne_methods
-          if load_summary(out) is None or (
+          if grid.needs_run(out, FLAGS.rounds) or (
               features and not os.path.exists(
                   os.path.join(out, 'features.npz'))):
             run_cell(config, data, method, out, features=features)

@@ -6,9 +6,16 @@ momentum 0.9, weight decay 1e-5, batch 50, SimpleCNN, random crop / flip /
 normalize for CIFAR-10, normalize only for MNIST, whose digits must not be
 flipped) and writes, under --output_dir:
 
-  table1.md/.csv  average client top-1 (Eq. 10: each client's personalized
-                  model on its own test split, mean over ALL clients),
-                  pathological sharding settings
+  table1.md/.csv  average client top-1 (Eq. 10), pathological sharding
+                  settings, read as --client_metric says:
+                    local         each sampled client's model after local
+                                  training, before aggregation, on its own
+                                  test split, mean over the round's clients
+                    local_pooled  the same models on the pooled test set
+                    personal      every client's personalized model (the
+                                  global model for FedAvg-type methods) on
+                                  its own test split, mean over ALL clients
+                  and table1_<protocol>.md/.csv for the other two
   table2.md/.csv  the same, LDA (Dirichlet) settings
   table3.md/.csv  global model top-1 on the union of all clients' test
                   splits (the sample-weighted mean over clients)
@@ -106,6 +113,19 @@ flags.DEFINE_integer('max_train_samples', None, 'Cap of training samples '
                      'per client (for quick runs; the paper uses all).')
 flags.DEFINE_integer('eval_every', 5, 'Evaluate all clients every N rounds.')
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+# Eq. 10 read three ways: the sampled clients' models after local training
+# (before aggregation) on their own test split, the same models on the pooled
+# test set, and every client's personalized model on its own test split.
+PROTOCOLS = {
+    'local': 'local/accuracy_mean',
+    'local_pooled': 'local_pooled/accuracy_mean',
+    'personal': 'personal/accuracy_mean',
+}
+LOCAL_KEYS = (PROTOCOLS['local'], PROTOCOLS['local_pooled'])
+flags.DEFINE_enum('client_metric', 'local', list(PROTOCOLS),
+                  'Which reading of Eq. 10 Tables I, II, IV, VI, VII and the '
+                  'figures use; Tables I and II are also written for the '
+                  'other two (table1_<protocol>.md).')
 
 
 def parse_setting(text: str) -> tuple[str, str, dict]:
@@ -151,13 +171,14 @@ def make_config(setting: str, seed: int, *, model=None, local_epochs=None,
       weight_decay=FLAGS.weight_decay,
       learning_rate_decay=FLAGS.learning_rate_decay,
       augment=augmentation(dataset),
-      eval_every=FLAGS.eval_every, seed=seed)
+      eval_every=FLAGS.eval_every, local_eval=True, seed=seed)
 
 
 def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
   for seed in seeds:
     todo = [m for m in methods
-            if grid.load_summary(cell_dir(setting, seed, m, variant)) is None]
+            if grid.needs_run(cell_dir(setting, seed, m, variant),
+                              FLAGS.rounds, LOCAL_KEYS)]
     if not todo:
       continue
     config = make_config(setting, seed, **config_kwargs)
@@ -262,14 +283,18 @@ def rounds_cell(seeds, key):
 
 def write_tables(settings, seeds) -> None:
   methods = FLAGS.methods
-  client_key, server_key = 'personal/accuracy_mean', 'global/accuracy_weighted'
+  client_key = PROTOCOLS[FLAGS.client_metric]
+  server_key = 'global/accuracy_weighted'
   shards = [s for s in settings if ':shards=' in s]
   lda = [s for s in settings if ':dirichlet=' in s]
   cell = accuracy_cell(seeds, client_key)
-  write_table('table1', 'Table I: average client top-1 (%), sharding',
-              methods, shards, cell)
-  write_table('table2', 'Table II: average client top-1 (%), LDA',
-              methods, lda, cell)
+  for protocol, key in PROTOCOLS.items():
+    suffix = '' if protocol == FLAGS.client_metric else f'_{protocol}'
+    write_table(f'table1{suffix}', 'Table I: average client top-1 (%), '
+                f'sharding ({protocol})', methods, shards,
+                accuracy_cell(seeds, key))
+    write_table(f'table2{suffix}', 'Table II: average client top-1 (%), '
+                f'LDA ({protocol})', methods, lda, accuracy_cell(seeds, key))
   write_table('table3', 'Table III: global model top-1 (%)', methods,
               settings, accuracy_cell(seeds, server_key))
   write_table('table4', 'Table IV: rounds to FedAvg\'s final average client '
@@ -310,12 +335,12 @@ def write_figures(settings, seeds) -> None:
         continue
       df = pd.read_csv(path)
       for ax, key in zip(axes, ('test/global/accuracy_weighted',
-                                'test/personal/accuracy_mean')):
+                                'test/' + PROTOCOLS[FLAGS.client_metric])):
         if key in df:
           sub = df.dropna(subset=[key])
           ax.plot(sub['round'], 100 * sub[key], label=method)
     axes[0].set_title(f'global model, {setting}')
-    axes[1].set_title(f'average client, {setting}')
+    axes[1].set_title(f'average client ({FLAGS.client_metric}), {setting}')
     for ax in axes:
       ax.set_xlabel('round')
       ax.set_ylabel('top-1 (%)')
@@ -335,7 +360,7 @@ def write_figures(settings, seeds) -> None:
       for x in xs_all:
         variant = '' if x == default else variant_fn(x)
         acc, _ = final_values(settings[0], seeds, method,
-                              'personal/accuracy_mean', variant)
+                              PROTOCOLS[FLAGS.client_metric], variant)
         if acc:
           xs.append(x)
           ys.append(100 * np.mean(acc))

@@ -3,7 +3,8 @@
 A grid cell is one `(data config, method)` run in its own folder, written by
 `experiment.write_outputs` (summary.json, rounds.csv, clients.csv) with
 checkpoints beside it, so a grid program can be stopped and restarted: a
-cell whose summary.json exists is done, a cell with checkpoints resumes.
+cell whose summary.json reports the asked number of rounds is done, a cell
+with checkpoints resumes (also to run more rounds than it had).
 
 Methods are registered algorithm names with optional hyperparameters,
 `name:key=value;key=value`, values in JSON (`ditto:lambda_=0.01`,
@@ -14,6 +15,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any, Optional
@@ -59,6 +61,34 @@ def load_summary(out: str) -> Optional[dict[str, Any]]:
     return None
   with open(path) as f:
     return json.load(f)
+
+
+def needs_run(out: str, rounds: int,
+              required_keys: tuple[str, ...] = ()) -> bool:
+  """Whether the cell in `out` must (re)run to give `rounds` rounds.
+
+  A cell is done when its summary's final round is `rounds` and its final
+  evaluation holds every one of `required_keys`. A finished cell without
+  them (it ran before those metrics existed) is reopened: its summary and
+  its newest checkpoint are removed, so that it resumes from the checkpoint
+  before and recomputes the last rounds (all of them when it has only one
+  checkpoint).
+  """
+  summary = load_summary(out)
+  if summary is None:
+    return True
+  final = summary.get('final_round') or {}
+  if final.get('round') != rounds:
+    return True
+  if all(k in final for k in required_keys):
+    return False
+  os.remove(os.path.join(out, 'summary.json'))
+  ckpt = os.path.join(out, 'checkpoints')
+  if os.path.isdir(ckpt):
+    names = sorted(n for n in os.listdir(ckpt) if n.startswith('round_'))
+    for name in (names[-1:] if len(names) > 1 else names):
+      shutil.rmtree(os.path.join(ckpt, name))
+  return True
 
 
 def run_cell(config: experiment.ExperimentConfig,

@@ -74,6 +74,10 @@ flags.DEFINE_integer('rounds', 10, 'Communication rounds.')
 flags.DEFINE_integer('local_epochs', 1, 'Local epochs per round.')
 flags.DEFINE_integer('batch_size', 10, 'Training batch size.')
 flags.DEFINE_integer('eval_every', 1, 'Evaluate all clients every N rounds.')
+flags.DEFINE_bool('local_eval', False, 'Also evaluate each evaluation '
+                  'round\'s sampled clients\' models after local training, '
+                  'before aggregation (FedPSD Eq. 10), on their own and on '
+                  'the pooled test set (local/..., local_pooled/...).')
 flags.DEFINE_enum('optimizer', 'sgd', ['sgd', 'adam'], 'Client optimizer.')
 flags.DEFINE_float('learning_rate', 0.05, 'Client learning rate.')
 flags.DEFINE_float('momentum', 0.0, 'Client SGD momentum.')
@@ -161,16 +165,19 @@ def _config_from_flags():
       momentum=FLAGS.momentum, weight_decay=FLAGS.weight_decay,
       server_learning_rate=FLAGS.server_learning_rate,
       learning_rate_decay=FLAGS.learning_rate_decay, augment=FLAGS.augment,
-      eval_every=FLAGS.eval_every, seed=FLAGS.seed,
+      eval_every=FLAGS.eval_every, local_eval=FLAGS.local_eval,
+      seed=FLAGS.seed,
       algorithm_params=algorithm_params,
       max_concurrent_clients=FLAGS.max_concurrent_clients)
 
 
 def comparison_table(results) -> str:
   """A Markdown table of final and best-on-test personalized metrics."""
+  local = any('local/accuracy_mean' in r.final for r in results.values())
   lines = ['| algorithm | personalized acc (final) | macro-F1 (final) | '
-           'worst-10% acc | global acc | best acc (round) | s/round |',
-           '|---|---|---|---|---|---|---|']
+           'worst-10% acc | global acc | best acc (round) | s/round |'
+           + (' local acc own / pooled test (Eq. 10) |' if local else ''),
+           '|---|---|---|---|---|---|---|' + ('---|' if local else '')]
   for name, res in results.items():
     f = res.final
     def pct(key, d=f):
@@ -185,7 +192,9 @@ def comparison_table(results) -> str:
         f"{pct('personal/macro_f1_mean')} | "
         f"{pct('personal/accuracy_worst10')} | {pct('global/accuracy_mean')}"
         f" | {pct('personal/accuracy_mean', res.best_test)} "
-        f"({res.best_test['round']}) | {res.seconds_per_round:.2f} |")
+        f"({res.best_test['round']}) | {res.seconds_per_round:.2f} |"
+        + (f" {pct('local/accuracy_mean')} / "
+           f"{pct('local_pooled/accuracy_mean')} |" if local else ''))
   return '\n'.join(lines)
 
 

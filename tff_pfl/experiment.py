@@ -73,6 +73,9 @@ class ExperimentConfig:
   learning_rate_decay: float = 1.0
   augment: str = 'none'
   eval_every: int = 1
+  # Also evaluate each round's sampled clients' models after local training,
+  # before aggregation (FedPSD Eq. 10), on their own and the pooled test set.
+  local_eval: bool = False
   seed: int = 0
   algorithm_params: dict[str, dict[str, Any]] = dataclasses.field(
       default_factory=dict)
@@ -117,6 +120,7 @@ class PreparedData:
   client_ids: list[str]
   dataset_fn: loop.DatasetFn
   has_val: bool
+  pooled_test_fn: Any = None     # () -> every client's test split together
 
 
 def prepare(config: ExperimentConfig) -> PreparedData:
@@ -205,9 +209,17 @@ def prepare(config: ExperimentConfig) -> PreparedData:
       batched = batched.map(lambda batch: normalize(batch, None))
     return batched
 
+  def pooled_test_fn():
+    pooled = client_data_lib.with_index(
+        splits['test'].create_tf_dataset_from_all_clients())
+    batched = pooled.batch(config.eval_batch_size)
+    if normalize is not None:
+      batched = batched.map(lambda batch: normalize(batch, None))
+    return batched
+
   return PreparedData(dataset=ds, partition=part, spec=spec,
                       client_ids=list(part.client_ids), dataset_fn=dataset_fn,
-                      has_val=has_val)
+                      has_val=has_val, pooled_test_fn=pooled_test_fn)
 
 
 def build_optimizer(config: ExperimentConfig):
@@ -284,14 +296,18 @@ def run_algorithm(config: ExperimentConfig, data: PreparedData,
                   eval_every=config.eval_every, has_val=data.has_val,
                   progress=progress, release_managers=managers,
                   checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                  fingerprint=fingerprint(config, algorithm))
+                  fingerprint=fingerprint(config, algorithm),
+                  local_eval=config.local_eval,
+                  pooled_test=(data.pooled_test_fn() if config.local_eval
+                               else None))
 
 
 def fingerprint(config: ExperimentConfig, algorithm: str) -> str:
   """What must not change between a run and its resumption (all but the
   number of rounds and run-time knobs), as a short hash."""
   fields = config_to_json(config)
-  for name in ('rounds', 'eval_every', 'max_concurrent_clients', 'data_dir'):
+  for name in ('rounds', 'eval_every', 'max_concurrent_clients', 'data_dir',
+               'local_eval'):
     fields.pop(name)
   text = json.dumps([algorithm, fields], sort_keys=True)
   return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,5 +1,7 @@
 """End-to-end test of the FedPSD grid program on the embedded digits."""
 
+import json
+
 from tests.programs import conftest
 
 
@@ -32,6 +34,12 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert (tmp_path / 'fig3_curves_digits_shards=2.png').stat().st_size > 1000
   cell = tmp_path / 'digits_shards=2' / 'seed0' / 'fedpsd'
   assert (cell / 'summary.json').exists()
+  final = json.loads((cell / 'summary.json').read_text())['final_round']
+  assert 0 <= final['local/accuracy_mean'] <= 1
+  assert 0 <= final['local_pooled/accuracy_mean'] <= 1
+  for protocol in ('local_pooled', 'personal'):
+    other = (tmp_path / f'table1_{protocol}.md').read_text()
+    assert f'({protocol})' in other and '| fedpsd |' in other
   # A second call finds every cell finished and trains nothing.
   again = _run(args)
   assert again.returncode == 0, again.stdout[-3000:]

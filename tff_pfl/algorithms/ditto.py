@@ -88,7 +88,10 @@ def build_ditto(
     return process_lib.ClientOutput(
         delta, weight,
         DittoClientState(new_personal, state.num_participations + 1),
-        metrics)
+        metrics,
+        # Eq. 10 of FedPSD: the model that is about to be aggregated.
+        local_model=local_training.select(g.finite, g.weights,
+                                          global_weights))
 
   def initial_state(client_id: str) -> DittoClientState:
     del client_id

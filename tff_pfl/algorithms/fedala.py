@@ -164,16 +164,16 @@ def build_fedala_client_work(
         finite, client_works.model_delta(global_weights, result.weights),
         client_works.zeros_like_weights(global_weights))
     weight = tf.where(finite, result.metrics['num_examples'], 0.0)
+    kept = local_training.select(finite, result.weights, local_weights)
     new_state = FedALAClientState(
-        model_weights=local_training.select(finite, result.weights,
-                                            local_weights),
+        model_weights=kept,
         ala_weights=local_training.select(finite, learned_w, ala_weights),
         start_phase=tf.where(tf.logical_and(finite, ala_ran), 0,
                              state.start_phase),
         initialized=tf.where(finite, 1, state.initialized),
         num_participations=state.num_participations + 1)
     return process_lib.ClientOutput(delta, weight, new_state,
-                                    result.metrics)
+                                    result.metrics, local_model=kept)
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())
   def update(broadcast, state, dataset):

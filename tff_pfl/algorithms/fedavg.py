@@ -65,7 +65,10 @@ def build_fedavg_client_work(
         client_works.zeros_like_weights(start))
     weight = tf.where(result.finite, result.metrics['num_examples'], 0.0)
     new_state = FedAvgClientState(state.num_participations + 1)
-    return process_lib.ClientOutput(delta, weight, new_state, result.metrics)
+    return process_lib.ClientOutput(
+        delta, weight, new_state, result.metrics,
+        local_model=local_training.select(result.finite, result.weights,
+                                          start))
 
   def initial_state(client_id: str) -> FedAvgClientState:
     del client_id

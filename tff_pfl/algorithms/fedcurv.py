@@ -232,7 +232,9 @@ def build_fedcurv(
         fisher=local_training.select(ok, new_f, old_f),
         weights=local_training.select(ok, new_w, old_w),
         num_participations=state.num_participations + 1)
-    return process_lib.ClientOutput(upload, weight, new_state, metrics)
+    return process_lib.ClientOutput(
+        upload, weight, new_state, metrics,
+        local_model=local_training.select(ok, result.weights, start))
 
   def initial_state(client_id: str) -> FedCurvClientState:
     del client_id

@@ -154,7 +154,8 @@ def build_fednova(
     return process_lib.ClientOutput(
         upload, weight,
         fedavg.FedAvgClientState(state.num_participations + 1),
-        result.metrics)
+        result.metrics,
+        local_model=local_training.select(ok, result.weights, start))
 
   def initial_state(client_id: str) -> fedavg.FedAvgClientState:
     del client_id

@@ -141,16 +141,18 @@ def build_global_teacher_client_work(
         distillation_loss=tf.where(finite, sums['extra_sum'] / num, 0.0))
     for key, value in info_metrics.items():
       metrics[key] = tf.cast(value, tf.float32)
-    return delta, weight, metrics
+    local = local_training.select(finite, final, global_weights)
+    return delta, weight, metrics, local
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())
   def update(broadcast, state, dataset):
-    delta, weight, metrics = client_update(
+    delta, weight, metrics, local = client_update(
         spec.keras_model_fn(), spec.keras_model_fn(),
         process_lib._as_model_weights(broadcast.model_weights),  # pylint: disable=protected-access
         dataset, broadcast.round_num)
     new_state = fedavg.FedAvgClientState(state.num_participations + 1)
-    return process_lib.ClientOutput(delta, weight, new_state, metrics)
+    return process_lib.ClientOutput(delta, weight, new_state, metrics,
+                                    local_model=local)
 
   def initial_state(client_id: str) -> fedavg.FedAvgClientState:
     del client_id

@@ -202,8 +202,9 @@ def build_fedpsd(
     new_state = FedPSDClientState(
         predictions=new_predictions, personal_weights=new_personal,
         num_participations=state.num_participations + 1)
-    return process_lib.ClientOutput(delta, weight, new_state,
-                                    metrics)
+    return process_lib.ClientOutput(
+        delta, weight, new_state, metrics,
+        local_model=local_training.select(finite, weights, start))
 
   def initial_state(client_id: str) -> FedPSDClientState:
     del client_id

@@ -152,7 +152,9 @@ def build_moon(
         num_examples=sums['num_examples'],
         non_finite=1.0 - tf.cast(finite, tf.float32),
         contrastive_loss=tf.where(finite, sums['extra_sum'] / num, 0.0))
-    return process_lib.ClientOutput(delta, weight, new_state, metrics)
+    return process_lib.ClientOutput(
+        delta, weight, new_state, metrics,
+        local_model=local_training.select(finite, final, global_weights))
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())
   def update(broadcast, state, dataset):

@@ -52,7 +52,7 @@ def build_nofl(
     kept = local_training.select(result.finite, result.weights, start)
     new_state = NoFLClientState(kept, state.num_participations + 1)
     return process_lib.ClientOutput((), tf.constant(0.0), new_state,
-                                    result.metrics)
+                                    result.metrics, local_model=kept)
 
   def initial_state(client_id: str) -> NoFLClientState:
     del client_id

@@ -170,7 +170,9 @@ def build_scaffold(
     new_state = ScaffoldClientState(
         control=local_training.select(ok, new_c_i, c_i),
         num_participations=state.num_participations + 1)
-    return process_lib.ClientOutput(upload, weight, new_state, metrics)
+    return process_lib.ClientOutput(
+        upload, weight, new_state, metrics,
+        local_model=local_training.select(ok, result.weights, start))
 
   zeros = server_control.zeros_like_trainable(initial_weights)
 

@@ -9,7 +9,10 @@ Per round r = 1..R:
   4. `process.next` runs the round; new client states go back to the store;
   5. every `eval_every` rounds and after the last one, ALL clients are
      evaluated on their own test (and validation, if any) split: the
-     personalized model and, where the method has one, the global model.
+     personalized model and, where the method has one, the global model;
+     with `local_eval`, also the round's sampled clients' models after local
+     training, before aggregation (FedPSD's Eq. 10), on their own test
+     split (`local/...`) and on the pooled test set (`local_pooled/...`).
 
 The loop keeps the per-round and per-client history and tracks the last
 round, the best round on validation (when a validation split exists) and the
@@ -137,6 +140,28 @@ def evaluate_all(process: process_lib.PersonalizedProcess, server_state: Any,
   return summary, rows
 
 
+def evaluate_local_models(
+    process: process_lib.PersonalizedProcess, local_models: Sequence[Any],
+    cohort: Sequence[str], dataset_fn: DatasetFn, round_num: int,
+    pooled_test: Optional[tf.data.Dataset] = None) -> dict[str, float]:
+  """Summaries of the cohort's local models (FedPSD Eq. 10).
+
+  `local/<metric>` evaluates each sampled client's model after local
+  training on the client's own test split; `local_pooled/<metric>` on
+  `pooled_test` (every client's test split together), when given.
+  """
+  runs = [('local', [dataset_fn(c, round_num, 'test') for c in cohort])]
+  if pooled_test is not None:
+    runs.append(('local_pooled', [pooled_test] * len(cohort)))
+  summary = collections.OrderedDict()
+  for kind, datasets in runs:
+    stats = process.evaluate_models(list(local_models), datasets)
+    values = [metrics_lib.client_metrics(s) for s in stats]
+    for name, value in metrics_lib.summarize(values).items():
+      summary[f'{kind}/{name}'] = value
+  return summary
+
+
 def run(
     process: process_lib.PersonalizedProcess,
     *,
@@ -152,6 +177,8 @@ def run(
     checkpoints: Optional[checkpoint_lib.CheckpointManager] = None,
     checkpoint_every: int = 1,
     fingerprint: str = '',
+    local_eval: bool = False,
+    pooled_test: Optional[tf.data.Dataset] = None,
 ) -> RunResult:
   """Runs `rounds` rounds of `process`; see the module docstring.
 
@@ -172,6 +199,10 @@ def run(
     checkpoint_every: checkpoint every this many rounds (and after the last).
     fingerprint: identifies the run's configuration; resuming from a
       checkpoint written with another fingerprint is an error.
+    local_eval: on evaluation rounds, also evaluate the sampled clients'
+      models after local training (see `evaluate_local_models`); needs a
+      method whose client work reports `ClientOutput.local_model`.
+    pooled_test: the pooled test set for `local_eval`.
 
   Raises:
     NonFiniteError: when every sampled client of a round diverged.
@@ -182,6 +213,10 @@ def run(
     raise ValueError(f'eval_every must be >= 1, got {eval_every}.')
   if checkpoint_every < 1:
     raise ValueError(f'checkpoint_every must be >= 1, got {checkpoint_every}.')
+  if local_eval and process.next_with_local_models is None:
+    raise ValueError(
+        f'local_eval: {process.name or "this method"} does not report its '
+        'clients\' models after local training (ClientOutput.local_model).')
   server_state = process.initialize()
   history, client_rows, times = [], [], []
   best_val = best_test = None
@@ -208,9 +243,14 @@ def run(
     cohort = sampler.sample(r)
     states = store.get_many(cohort)
     datasets = [dataset_fn(c, r, 'train') for c in cohort]
+    eval_round = r % eval_every == 0 or r == rounds
     start = time.perf_counter()
-    server_state, new_states, round_metrics = process.next(
-        server_state, states, datasets)
+    if local_eval and eval_round:
+      server_state, new_states, round_metrics, local_models = (
+          process.next_with_local_models(server_state, states, datasets))
+    else:
+      server_state, new_states, round_metrics = process.next(
+          server_state, states, datasets)
     times.append(time.perf_counter() - start)
     cw = round_metrics['client_work']
     n_bad = int(round(float(cw['non_finite'])))
@@ -229,9 +269,12 @@ def run(
       if key not in ('loss_sum', 'num_examples', 'non_finite', 'extra_sum'):
         row[f'train/{key}_client_mean'] = float(value) / max(
             len(cohort) - n_bad, 1)
-    if r % eval_every == 0 or r == rounds:
+    if eval_round:
       summary, rows = evaluate_all(process, server_state, store, client_ids,
                                    dataset_fn, 'test', r)
+      if local_eval:
+        summary.update(evaluate_local_models(
+            process, local_models, cohort, dataset_fn, r, pooled_test))
       client_rows.extend(rows)
       row.update(('test/' + k, v) for k, v in summary.items())
       score = _selection_metric(process, summary)

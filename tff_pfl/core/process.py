@@ -12,6 +12,14 @@ predictions, a control variate), so a `PersonalizedProcess` has
     evaluate:   (<ServerState@SERVER, C@CLIENTS, {D*}@CLIENTS>
                  -> <personal=E@CLIENTS[, global=E@CLIENTS]>)
 
+and, for methods whose clients train one model of the spec (FedAvg and its
+variants), two computations for FedPSD's Eq. 10 metric (each sampled
+client's model after local training, before aggregation):
+
+    next_with_local_models: like `next`, returning also
+                 local_models=ModelWeights@CLIENTS
+    evaluate_models: (<ModelWeights@CLIENTS, {D*}@CLIENTS> -> E@CLIENTS)
+
 and the Python driver (`tff_pfl.core.loop`) keeps the client states in a
 store between rounds. `next` is composed like `tff.learning.templates.
 compose_learning_process`, from swappable pieces:
@@ -89,17 +97,28 @@ class ClientOutput(NamedTuple):
     update_weight: its float32 aggregation weight (0 drops the client).
     client_state: the client's new state, kept in the store.
     metrics: `OrderedDict` of float32 sums, summed over clients.
+    local_model: the client's `ModelWeights` (of the spec's Keras model)
+      after local training, before aggregation (what FedPSD's Eq. 10
+      evaluates); `()` when the method's client trains something else.
   """
   update: Any
   update_weight: Any
   client_state: Any
   metrics: Any
+  local_model: Any = ()
 
 
 class RoundOutput(NamedTuple):
   server_state: Any
   client_states: Any
   metrics: Any
+
+
+class RoundOutputWithLocalModels(NamedTuple):
+  server_state: Any
+  client_states: Any
+  metrics: Any
+  local_models: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +167,8 @@ class PersonalizedProcess:
   has_global_model: bool
   name: str = ''
   personal_features: Optional[Callable[[Any, Any, Any], Any]] = None
+  next_with_local_models: Optional[tff.Computation] = None
+  evaluate_models: Optional[tff.Computation] = None
 
   def get_model_weights(self, server_state: ServerState) -> Any:
     return server_state.global_model_weights
@@ -274,9 +295,7 @@ def compose_personalized_process(
 
   metrics_type = output_type.metrics
 
-  @tff.federated_computation(server_state_type, clients_state_type,
-                             clients_data_type)
-  def next_fn(server_state, client_states, client_data):
+  def round_body(server_state, client_states, client_data):
     if broadcast_extra is not None:
       extra = tff.federated_map(broadcast_extra, server_state.finalizer)
     else:
@@ -306,14 +325,37 @@ def compose_personalized_process(
         aggregator=agg_state,
         finalizer=fin_state,
         round_num=tff.federated_map(increment, server_state.round_num)))
-    return RoundOutput(new_state, outputs.client_state,
-                       tff.federated_zip(metrics))
+    return new_state, outputs, tff.federated_zip(metrics)
+
+  @tff.federated_computation(server_state_type, clients_state_type,
+                             clients_data_type)
+  def next_fn(server_state, client_states, client_data):
+    new_state, outputs, metrics = round_body(server_state, client_states,
+                                             client_data)
+    return RoundOutput(new_state, outputs.client_state, metrics)
+
+  next_with_local_models = evaluate_models = None
+  if _has_local_model(output_type.local_model, weights_type):
+
+    @tff.federated_computation(server_state_type, clients_state_type,
+                               clients_data_type)
+    def next_with_local_models(server_state, client_states, client_data):
+      new_state, outputs, metrics = round_body(server_state, client_states,
+                                               client_data)
+      return RoundOutputWithLocalModels(new_state, outputs.client_state,
+                                        metrics, outputs.local_model)
 
   del metrics_type
   has_global = aggregator is not None and client_work.global_model_evaluable
-  evaluate_fn = _build_evaluate(spec, weights_type, data_type, state_type,
-                                server_state_type, client_work,
-                                has_global=has_global)
+  evaluate_fn, eval_weights = _build_evaluate(
+      spec, weights_type, data_type, state_type, server_state_type,
+      client_work, has_global=has_global)
+  if next_with_local_models is not None:
+
+    @tff.federated_computation(tff.FederatedType(weights_type, tff.CLIENTS),
+                               clients_data_type)
+    def evaluate_models(local_models, datasets):
+      return tff.federated_map(eval_weights, (local_models, datasets))
   if client_work.personal_eval is not None:
     features_fn = client_work.personal_features
   else:
@@ -323,7 +365,24 @@ def compose_personalized_process(
       initialize=initialize_fn, next=next_fn, evaluate=evaluate_fn,
       initial_client_state=client_work.initial_state,
       has_global_model=has_global, name=name,
-      personal_features=features_fn)
+      personal_features=features_fn,
+      next_with_local_models=next_with_local_models,
+      evaluate_models=evaluate_models)
+
+
+def _has_local_model(local_model_type: tff.Type,
+                     weights_type: tff.Type) -> bool:
+  """Whether a client work's `local_model` output is a spec model."""
+  if isinstance(local_model_type, tff.StructType) and not local_model_type:
+    return False
+  try:
+    tff.test.assert_type_assignable_from(weights_type, local_model_type)
+  except (AssertionError, TypeError) as e:
+    raise TypeError(
+        'ClientOutput.local_model must be the model weights after local '
+        f'training (type {weights_type}) or (); got {local_model_type}.'
+    ) from e
+  return True
 
 
 def _build_evaluate(spec, weights_type, data_type, state_type,
@@ -376,7 +435,7 @@ def _build_evaluate(spec, weights_type, data_type, state_type,
       out['global'] = tff.federated_map(eval_global, (weights, client_data))
     return out
 
-  return evaluate_fn
+  return evaluate_fn, eval_global
 
 
 def compose_with_global_model(

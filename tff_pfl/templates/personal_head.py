@@ -75,7 +75,9 @@ def build_personal_head_client_work(
     return process_lib.ClientOutput(
         delta, weight,
         PersonalHeadState(new_head, state.num_participations + 1),
-        result.metrics)
+        result.metrics,
+        local_model=local_training.select(result.finite, result.weights,
+                                          start))
 
   def initial_state(client_id: str) -> PersonalHeadState:
     del client_id

@@ -127,6 +127,10 @@ def test_registry_builds_every_algorithm_and_rejects_unknown_params():
         local_epochs=1, learning_rate_decay=1.0,
         run_context=dict(num_clients=3, total_rounds=5))
     assert process.name == name
+    # FedPSD's Eq. 10 needs each method's model after local training;
+    # AFedCL's clients train a fused model that is not one spec model.
+    has_local = process.next_with_local_models is not None
+    assert has_local == (name != 'afedcl'), name
   with pytest.raises(ValueError, match="does not take \\['mu'\\]"):
     registry.build('ditto', SPEC, initial_weights=W0, mu=1.0,
                    client_optimizer=tff.learning.optimizers.build_sgdm(0.1))

@@ -1,5 +1,7 @@
 """Tests for tff_pfl.core.loop (with FedAvg and No-FL as the processes)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -73,3 +75,57 @@ def test_derive_seed_is_stable_and_distinct():
   assert loop.derive_seed(0, 1, 'a') == loop.derive_seed(0, 1, 'a')
   assert loop.derive_seed(0, 1, 'a') != loop.derive_seed(0, 2, 'a')
   assert 0 <= loop.derive_seed('x') < 2**31
+
+
+def test_local_eval_reports_the_cohorts_models_before_aggregation():
+  spec = helpers.make_spec()
+  process = fedavg.build_fedavg(
+      spec, initial_weights=spec.initial_weights(0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+  arrays = helpers.make_client_arrays(4)
+  # One sampled client: the averaged model IS its local model, and `next`
+  # and `next_with_local_models` compute the same round.
+  state = process.initialize()
+  states = [process.initial_client_state(IDS[0])]
+  data = [helpers.to_dataset(*arrays[0])]
+  plain = process.next(state, states, data)
+  out = process.next_with_local_models(state, states, data)
+  for a, b, c in zip(out.local_models[0].trainable,
+                     out.server_state.global_model_weights.trainable,
+                     plain.server_state.global_model_weights.trainable):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, c, rtol=1e-6, atol=1e-7)
+  # A different model gives different local statistics than the global one.
+  stats = process.evaluate_models([state.global_model_weights,
+                                   out.local_models[0]], data * 2)
+  assert float(stats[0]['loss_sum']) != float(stats[1]['loss_sum'])
+
+  store = client_state.MemoryStore(process.initial_client_state)
+  pooled = helpers.to_dataset(np.concatenate([x for x, _ in arrays]),
+                              np.concatenate([y for _, y in arrays]))
+  result = loop.run(process, client_ids=IDS, dataset_fn=_dataset_fn(arrays),
+                    sampler=sampling.ParticipationStream(
+                        IDS, clients_per_round=2, seed=0),
+                    rounds=2, store=store, eval_every=2, local_eval=True,
+                    pooled_test=pooled)
+  final = result.final
+  for key in ('local/accuracy_mean', 'local_pooled/accuracy_mean',
+              'personal/accuracy_mean'):
+    assert 0.0 <= final[key] <= 1.0, key
+  assert 'test/local/accuracy_mean' not in result.rounds[0]
+  assert final['local/accuracy_mean'] != final['personal/accuracy_mean']
+
+
+def test_local_eval_needs_a_method_reporting_local_models():
+  spec = helpers.make_spec()
+  process = fedavg.build_fedavg(
+      spec, initial_weights=spec.initial_weights(0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+  process = dataclasses.replace(process, next_with_local_models=None)
+  with pytest.raises(ValueError, match='local_eval'):
+    loop.run(process, client_ids=IDS,
+             dataset_fn=_dataset_fn(helpers.make_client_arrays(4)),
+             sampler=sampling.ParticipationStream(IDS, clients_per_round=2,
+                                                  seed=0),
+             rounds=1, store=client_state.MemoryStore(
+                 process.initial_client_state), local_eval=True)

@@ -1,0 +1,36 @@
+"""Tests for programs.grid (cell bookkeeping; no training)."""
+
+import json
+
+from programs import grid
+
+
+def _finished_cell(path, rounds, final, checkpoints=(5, 10)):
+  path.mkdir(parents=True)
+  final = dict(final, round=rounds)
+  (path / 'summary.json').write_text(json.dumps({'final_round': final}))
+  for r in checkpoints:
+    (path / 'checkpoints' / f'round_{r:06d}').mkdir(parents=True)
+  return path
+
+
+def test_needs_run_by_rounds_and_keys(tmp_path):
+  assert grid.needs_run(str(tmp_path / 'absent'), 10)
+  cell = _finished_cell(tmp_path / 'a', 10, {'personal/accuracy_mean': 0.5})
+  assert not grid.needs_run(str(cell), 10)
+  assert grid.needs_run(str(cell), 20)         # asked for more rounds
+  assert (cell / 'summary.json').exists()     # ... which resume; kept
+
+
+def test_needs_run_reopens_cells_missing_a_metric(tmp_path):
+  cell = _finished_cell(tmp_path / 'b', 10, {'personal/accuracy_mean': 0.5})
+  assert grid.needs_run(str(cell), 10, ('local/accuracy_mean',))
+  # The summary and the newest checkpoint go; the run resumes at round 5.
+  assert not (cell / 'summary.json').exists()
+  assert sorted(p.name for p in (cell / 'checkpoints').iterdir()) == [
+      'round_000005']
+  done = _finished_cell(tmp_path / 'c', 10, {'local/accuracy_mean': 0.7})
+  assert not grid.needs_run(str(done), 10, ('local/accuracy_mean',))
+  only = _finished_cell(tmp_path / 'd', 10, {}, checkpoints=(10,))
+  assert grid.needs_run(str(only), 10, ('local/accuracy_mean',))
+  assert list((only / 'checkpoints').iterdir()) == []
