@@ -132,8 +132,7 @@ def build_fednova(
   @tf.function
   def train(model, start, dataset, round_num):
     result = local_update(model, start, dataset, round_num)
-    steps = local_steps.effective_steps(
-        local_steps.count_steps(dataset, local_epochs), momentum)
+    steps = local_steps.effective_steps(result.num_steps, momentum)
     return result, steps
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())

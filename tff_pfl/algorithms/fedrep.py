@@ -53,7 +53,8 @@ def build_fedrep(
     metrics['non_finite'] = tf.maximum(head.metrics['non_finite'],
                                        body.metrics['non_finite'])
     return client_works.LocalResult(
-        body.weights, metrics, tf.logical_and(head.finite, body.finite))
+        body.weights, metrics, tf.logical_and(head.finite, body.finite),
+        head.num_steps + body.num_steps)
 
   work = personal_head.build_personal_head_client_work(
       spec, initial_weights, train_fn)

@@ -135,8 +135,7 @@ def build_scaffold(
   def train(model, start, correction, dataset, round_num):
     result = local_update(model, start, dataset, round_num,
                           anchor=correction)
-    steps = local_steps.effective_steps(
-        local_steps.count_steps(dataset, local_epochs), momentum)
+    steps = local_steps.effective_steps(result.num_steps, momentum)
     lr = client_works.round_learning_rate(
         client_optimizer, learning_rate_decay, round_num,
         model.trainable_variables)

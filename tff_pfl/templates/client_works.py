@@ -35,6 +35,7 @@ class LocalResult(NamedTuple):
   weights: Any        # ModelWeights after training
   metrics: Any        # OrderedDict(loss_sum, num_examples, non_finite)
   finite: Any         # bool scalar: weights and loss are finite
+  num_steps: Any      # float32 optimizer steps taken (batches x epochs)
 
 
 def build_local_update(
@@ -90,7 +91,7 @@ def build_local_update(
         loss_sum=tf.where(finite, sums['loss_sum'], 0.0),
         num_examples=sums['num_examples'],
         non_finite=1.0 - tf.cast(finite, tf.float32))
-    return LocalResult(weights, metrics, finite)
+    return LocalResult(weights, metrics, finite, sums['num_steps'])
 
   return local_update
 

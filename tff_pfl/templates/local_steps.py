@@ -12,21 +12,14 @@ a constant gradient g, tau steps move the weights by lr * a(tau, rho) * g,
 uses the same a for FedNova and, as "adaptive division", for SCAFFOLD).
 rho = 0 gives a = tau.
 
-The local steps are counted as (batches of the client dataset) x epochs,
-with one extra pass over the dataset (`count_steps`), so that the one
-training loop (`local_training.train_model`) stays unchanged.
+The local steps tau are counted by the one training loop
+(`local_training.train_model`'s `num_steps`: batches x epochs).
 """
 
 from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
-
-
-def count_steps(dataset: tf.data.Dataset, epochs: int) -> tf.Tensor:
-  """Local optimisation steps, batches x epochs, as float32."""
-  batches = dataset.reduce(tf.constant(0.0), lambda n, _: n + 1.0)
-  return batches * tf.cast(epochs, tf.float32)
 
 
 def effective_steps(steps: Any, momentum: float) -> Any:

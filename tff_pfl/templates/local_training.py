@@ -72,9 +72,11 @@ def train_model(
       the previous epoch's predictions become the next epoch's teacher).
 
   Returns:
-    `OrderedDict(loss_sum, extra_sum, num_examples)` (float32) summed over
-    every batch of every epoch, weighted by batch size: the task loss and
-    the extra loss term; plus `carry`, its final value, when one was given.
+    `OrderedDict(loss_sum, extra_sum, num_examples, num_steps)` (float32)
+    summed over every batch of every epoch, weighted by batch size: the task
+    loss and the extra loss term, the examples seen and the optimizer steps
+    taken (batches x epochs); plus `carry`, its final value, when one was
+    given.
   """
   if carry is not None and forward_fn is None:
     raise ValueError('train_model with a carry needs a forward_fn that '
@@ -95,7 +97,7 @@ def train_model(
     opt_state = optimizer.set_hparams(opt_state, hparams)
 
   def step(state, batch):
-    opt_state, loss_sum, extra_sum, num, step_carry = state
+    opt_state, loss_sum, extra_sum, num, steps, step_carry = state
     with tf.GradientTape() as tape:
       if carry is not None:
         outputs, extra, step_carry = forward_fn(batch, step_carry)
@@ -118,25 +120,25 @@ def train_model(
       v.assign(w)
     n = tf.cast(tf.shape(batch['y'])[0], tf.float32)
     return (opt_state, loss_sum + task_loss * n, extra_sum + extra * n,
-            num + n, step_carry)
+            num + n, steps + 1.0, step_carry)
 
   # An explicit while_loop (not `for _ in tf.range`) so that correctness
   # never depends on AutoGraph converting this function.
   def epoch(i, state):
     state = dataset.reduce(state, step)
     if epoch_end_fn is not None:
-      state = state[:4] + (epoch_end_fn(state[4]),)
+      state = state[:5] + (epoch_end_fn(state[5]),)
     return i + 1, state
 
   initial_carry = () if carry is None else carry
   state = (opt_state, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0),
-           initial_carry)
+           tf.constant(0.0), initial_carry)
   _, state = tf.while_loop(lambda i, _: i < tf.cast(epochs, tf.int32), epoch,
                            (tf.constant(0), state))
   result = collections.OrderedDict(loss_sum=state[1], extra_sum=state[2],
-                                   num_examples=state[3])
+                                   num_examples=state[3], num_steps=state[4])
   if carry is not None:
-    result['carry'] = state[4]
+    result['carry'] = state[5]
   return result
 
 
