@@ -150,12 +150,14 @@ def evaluate_local_models(
   training on the client's own test split; `local_pooled/<metric>` on
   `pooled_test` (every client's test split together), when given.
   """
-  runs = [('local', [dataset_fn(c, round_num, 'test') for c in cohort])]
-  if pooled_test is not None:
-    runs.append(('local_pooled', [pooled_test] * len(cohort)))
+  local_models = list(local_models)
+  runs = [('local', process.evaluate_models(
+      local_models, [dataset_fn(c, round_num, 'test') for c in cohort]))]
+  if pooled_test is not None:    # centralized: evaluated eagerly
+    runs.append(('local_pooled', [process.evaluate_weights(w, pooled_test)
+                                  for w in local_models]))
   summary = collections.OrderedDict()
-  for kind, datasets in runs:
-    stats = process.evaluate_models(list(local_models), datasets)
+  for kind, stats in runs:
     values = [metrics_lib.client_metrics(s) for s in stats]
     for name, value in metrics_lib.summarize(values).items():
       summary[f'{kind}/{name}'] = value

@@ -20,6 +20,10 @@ client's model after local training, before aggregation):
                  local_models=ModelWeights@CLIENTS
     evaluate_models: (<ModelWeights@CLIENTS, {D*}@CLIENTS> -> E@CLIENTS)
 
+plus `evaluate_weights(weights, dataset)`, the same statistics computed
+eagerly in Python, for a centralized test set (TFF serializes a dataset
+given to a computation with its data, limited to 100 MB).
+
 and the Python driver (`tff_pfl.core.loop`) keeps the client states in a
 store between rounds. `next` is composed like `tff.learning.templates.
 compose_learning_process`, from swappable pieces:
@@ -169,9 +173,30 @@ class PersonalizedProcess:
   personal_features: Optional[Callable[[Any, Any, Any], Any]] = None
   next_with_local_models: Optional[tff.Computation] = None
   evaluate_models: Optional[tff.Computation] = None
+  evaluate_weights: Optional[Callable[[Any, Any], Any]] = None
 
   def get_model_weights(self, server_state: ServerState) -> Any:
     return server_state.global_model_weights
+
+
+def _eager_evaluator(spec: model_spec_lib.ModelSpec):
+  """`(ModelWeights, dataset) -> statistics`, eager, one Keras model."""
+  cache = {}
+
+  def evaluate(weights, dataset):
+    if 'fn' not in cache:
+      model = spec.keras_model_fn()
+
+      @tf.function
+      def fn(weights, dataset):
+        model_spec_lib.assign_weights(model, weights)
+        return evaluation.evaluate_model(spec, model, dataset)
+
+      cache['fn'] = fn
+    stats = cache['fn'](_as_model_weights(weights), dataset)
+    return tf.nest.map_structure(lambda t: t.numpy(), stats)
+
+  return evaluate
 
 
 def _default_personal_features(spec: model_spec_lib.ModelSpec,
@@ -367,7 +392,8 @@ def compose_personalized_process(
       has_global_model=has_global, name=name,
       personal_features=features_fn,
       next_with_local_models=next_with_local_models,
-      evaluate_models=evaluate_models)
+      evaluate_models=evaluate_models,
+      evaluate_weights=_eager_evaluator(spec))
 
 
 def _has_local_model(local_model_type: tff.Type,

@@ -99,6 +99,11 @@ def test_local_eval_reports_the_cohorts_models_before_aggregation():
   stats = process.evaluate_models([state.global_model_weights,
                                    out.local_models[0]], data * 2)
   assert float(stats[0]['loss_sum']) != float(stats[1]['loss_sum'])
+  # The eager evaluator (for centralized test sets) computes the same.
+  eager = process.evaluate_weights(out.local_models[0], data[0])
+  np.testing.assert_array_equal(eager['confusion'], stats[1]['confusion'])
+  np.testing.assert_allclose(eager['loss_sum'], stats[1]['loss_sum'],
+                             rtol=1e-5)
 
   store = client_state.MemoryStore(process.initial_client_state)
   pooled = helpers.to_dataset(np.concatenate([x for x, _ in arrays]),
