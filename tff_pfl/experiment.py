@@ -211,7 +211,7 @@ def prepare(config: ExperimentConfig) -> PreparedData:
 
   def pooled_test_fn():
     pooled = client_data_lib.with_index(
-        splits['test'].create_tf_dataset_from_all_clients())
+        splits['test'].create_pooled_dataset())
     batched = pooled.batch(config.eval_batch_size)
     if normalize is not None:
       batched = batched.map(lambda batch: normalize(batch, None))

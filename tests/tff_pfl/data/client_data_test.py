@@ -71,6 +71,17 @@ class TestBuildClientData:
     everything = _elements(cd.create_tf_dataset_from_all_clients(seed=0))
     assert len(everything) == sum(cd.num_examples(c) for c in cd.client_ids)
 
+  def test_pooled_dataset_is_every_clients_rows_once(self):
+    x, y = _data()
+    partition = _partition(y)
+    cd = C.build_client_data(x, y, partition, 'test')
+    pooled = _elements(cd.create_pooled_dataset())
+    rows = np.concatenate([s.test for s in partition.clients])
+    assert len(pooled) == len(rows) == len(set(rows.tolist()))
+    np.testing.assert_array_equal(np.stack([e['x'] for e in pooled]), x[rows])
+    np.testing.assert_array_equal([e['y'] for e in pooled], y[rows])
+    assert cd.create_pooled_dataset().element_spec == cd.element_type_structure
+
   def test_regression_labels(self):
     x, _ = _data(shape=(5,))
     targets = np.linspace(0, 1, 60)
