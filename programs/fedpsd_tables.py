@@ -263,7 +263,8 @@ def rounds_cell(seeds, key):
     for seed in seeds:
       base = grid.load_summary(cell_dir(setting, seed, 'fedavg'))
       this = grid.load_summary(cell_dir(setting, seed, method))
-      if base is None or this is None:
+      if (base is None or this is None or key not in base['final_round']
+          or key not in this['final_round']):
         missing.append(f'{method} {setting} seed={seed}')
         continue
       found = rounds_to_target(setting, seed, method, key,
