@@ -21,7 +21,8 @@ k training samples per client) and writes, under --output_dir:
 Methods are names from `programs.run --list`, optionally with parameters:
 `afedcl:dcc=0`, `ditto:lambda_=0.01`. Every cell is a resumable run in
 `DIR/<partition>_k<shots>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
-summary.json exists) is not run again, so the program can be stopped and
+summary.json reports --rounds rounds) is not run again and one with fewer
+rounds resumes (`grid.needs_run`), so the program can be stopped and
 restarted at will. Example (the paper's NEU-CLS rows; hours on 2 cores):
 
   python -m programs.afedcl_tables --dataset=neu_cls --data_dir=DATA \

@@ -31,8 +31,12 @@ Settings are `<dataset>:shards=<S>` or `<dataset>:dirichlet=<alpha>`.
 Methods are names from `programs.run --list`, optionally with parameters
 (`fedpsd:psd=false`). Each cell is a resumable run in
 `DIR/<setting>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
-summary.json exists) is skipped, an unfinished one resumes from its newest
-checkpoint, so the program can be stopped and restarted at will. Values are
+summary.json reports --rounds rounds and the Eq. 10 metrics) is skipped, an
+unfinished one resumes from its newest checkpoint, and one finished before
+the local-model metrics existed recomputes its last rounds
+(`grid.needs_run`), so the program can be stopped and restarted at will.
+FedPSD's alpha = t / total_rounds, so its cells never resume to more rounds
+(the checkpoint fingerprint includes the rounds): they restart. Values are
 mean +/- std over the seeds that finished; missing cells are listed under
 each table. Rounds-to-target are resolved to --eval_every rounds.
 
@@ -205,16 +209,18 @@ def final_values(setting, seeds, method, key, variant=''):
 
 
 def rounds_to_target(setting, seed, method, key, target):
-  """First evaluated round whose `key` reaches `target`; None if never."""
+  """First evaluated round whose `key` reaches `target`; None if never,
+  'incomplete' when `key` is missing at some evaluated round."""
   import pandas as pd  # pylint: disable=g-import-not-at-top
   path = os.path.join(cell_dir(setting, seed, method), 'rounds.csv')
   if not os.path.exists(path):
     return None
   df = pd.read_csv(path)
   column = f'test/{key}'
-  if column not in df:
-    return None
-  hit = df[df[column] >= target - 1e-12]
+  evaluated = df.dropna(subset=['test/personal/accuracy_mean'])
+  if column not in df or evaluated[column].isna().any():
+    return 'incomplete'      # e.g. a cell that recomputed only its end
+  hit = evaluated[evaluated[column] >= target - 1e-12]
   return int(hit['round'].iloc[0]) if len(hit) else None
 
 
@@ -269,7 +275,9 @@ def rounds_cell(seeds, key):
         continue
       found = rounds_to_target(setting, seed, method, key,
                                base['final_round'][key])
-      if found is None:
+      if found == 'incomplete':
+        missing.append(f'{method} {setting} seed={seed} (curve incomplete)')
+      elif found is None:
         never += 1
       else:
         hits.append(found)

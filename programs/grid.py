@@ -68,21 +68,30 @@ def needs_run(out: str, rounds: int,
   """Whether the cell in `out` must (re)run to give `rounds` rounds.
 
   A cell is done when its summary's final round is `rounds` and its final
-  evaluation holds every one of `required_keys`. A finished cell without
-  them (it ran before those metrics existed) is reopened: its summary and
-  its newest checkpoint are removed, so that it resumes from the checkpoint
-  before and recomputes the last rounds (all of them when it has only one
-  checkpoint).
+  evaluation holds every one of `required_keys`; one with fewer rounds
+  resumes from its checkpoints. A finished cell without those keys (it ran
+  before those metrics existed) is reopened: its summary is renamed
+  `summary.stale.json` and its newest checkpoint removed, so that it
+  resumes from the checkpoint before and recomputes the last rounds (all
+  of them when it has only one checkpoint).
+
+  Raises:
+    ValueError: the cell ran more rounds than `rounds`.
   """
   summary = load_summary(out)
   if summary is None:
     return True
   final = summary.get('final_round') or {}
-  if final.get('round') != rounds:
+  done = final.get('round')
+  if done is not None and done > rounds:
+    raise ValueError(f'{out} ran {done} rounds, more than the {rounds} '
+                     'asked for; use another output folder.')
+  if done != rounds:
     return True
   if all(k in final for k in required_keys):
     return False
-  os.remove(os.path.join(out, 'summary.json'))
+  os.replace(os.path.join(out, 'summary.json'),
+             os.path.join(out, 'summary.stale.json'))
   ckpt = os.path.join(out, 'checkpoints')
   if os.path.isdir(ckpt):
     names = sorted(n for n in os.listdir(ckpt) if n.startswith('round_'))

@@ -303,11 +303,16 @@ def run_algorithm(config: ExperimentConfig, data: PreparedData,
 
 
 def fingerprint(config: ExperimentConfig, algorithm: str) -> str:
-  """What must not change between a run and its resumption (all but the
-  number of rounds and run-time knobs), as a short hash."""
+  """What must not change between a run and its resumption, as a short
+  hash: everything but run-time knobs and the number of rounds, which may
+  grow on resumption, except for methods whose schedule depends on it
+  (FedPSD's alpha = t / total_rounds)."""
   fields = config_to_json(config)
-  for name in ('rounds', 'eval_every', 'max_concurrent_clients', 'data_dir',
-               'local_eval'):
+  skip = ['eval_every', 'max_concurrent_clients', 'data_dir', 'local_eval']
+  if not (algorithm in algorithms.ALGORITHMS and
+          algorithms.uses_run_context(algorithm, 'total_rounds')):
+    skip.append('rounds')
+  for name in skip:
     fields.pop(name)
   text = json.dumps([algorithm, fields], sort_keys=True)
   return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from programs import grid
 
 
@@ -20,13 +22,17 @@ def test_needs_run_by_rounds_and_keys(tmp_path):
   assert not grid.needs_run(str(cell), 10)
   assert grid.needs_run(str(cell), 20)         # asked for more rounds
   assert (cell / 'summary.json').exists()     # ... which resume; kept
+  with pytest.raises(ValueError, match='ran 10 rounds, more than the 5'):
+    grid.needs_run(str(cell), 5)
 
 
 def test_needs_run_reopens_cells_missing_a_metric(tmp_path):
   cell = _finished_cell(tmp_path / 'b', 10, {'personal/accuracy_mean': 0.5})
   assert grid.needs_run(str(cell), 10, ('local/accuracy_mean',))
-  # The summary and the newest checkpoint go; the run resumes at round 5.
+  # The summary is set aside and the newest checkpoint goes; the run
+  # resumes at round 5.
   assert not (cell / 'summary.json').exists()
+  assert (cell / 'summary.stale.json').exists()
   assert sorted(p.name for p in (cell / 'checkpoints').iterdir()) == [
       'round_000005']
   done = _finished_cell(tmp_path / 'c', 10, {'local/accuracy_mean': 0.7})

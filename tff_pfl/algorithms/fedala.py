@@ -172,8 +172,9 @@ def build_fedala_client_work(
                              state.start_phase),
         initialized=tf.where(finite, 1, state.initialized),
         num_participations=state.num_participations + 1)
-    return process_lib.ClientOutput(delta, weight, new_state,
-                                    result.metrics, local_model=kept)
+    return process_lib.ClientOutput(
+        delta, weight, new_state, result.metrics,
+        local_model=local_training.select(finite, result.weights, start))
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())
   def update(broadcast, state, dataset):

@@ -114,6 +114,14 @@ def list_algorithms() -> list[tuple[str, str]]:
 RUN_CONTEXT = ('num_clients', 'total_rounds')
 
 
+def uses_run_context(name: str, key: str) -> bool:
+  """Whether algorithm `name` takes run-context entry `key`."""
+  if key not in RUN_CONTEXT:
+    raise ValueError(f'unknown run_context entry {key!r}; known: '
+                     f'{RUN_CONTEXT}.')
+  return key in inspect.signature(ALGORITHMS[name].build).parameters
+
+
 def build(name: str, spec, *, run_context: Optional[Mapping[str, Any]] = None,
           **kwargs: Any) -> process_lib.PersonalizedProcess:
   """Builds algorithm `name`; see the module docstring."""

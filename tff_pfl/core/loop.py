@@ -6,7 +6,9 @@ Per round r = 1..R:
   3. each client's training dataset is shuffled/augmented with a seed derived
      from (seed, r, client), because seeds inside TFF computations replay
      every round;
-  4. `process.next` runs the round; new client states go back to the store;
+  4. `process.next` runs the round (`process.next_with_local_models` on
+     evaluation rounds with `local_eval`); new client states go back to the
+     store;
   5. every `eval_every` rounds and after the last one, ALL clients are
      evaluated on their own test (and validation, if any) split: the
      personalized model and, where the method has one, the global model;

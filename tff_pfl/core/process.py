@@ -12,8 +12,8 @@ predictions, a control variate), so a `PersonalizedProcess` has
     evaluate:   (<ServerState@SERVER, C@CLIENTS, {D*}@CLIENTS>
                  -> <personal=E@CLIENTS[, global=E@CLIENTS]>)
 
-and, for methods whose clients train one model of the spec (FedAvg and its
-variants), two computations for FedPSD's Eq. 10 metric (each sampled
+and, for methods whose clients train one model of the spec (every method
+here but AFedCL), two computations for FedPSD's Eq. 10 metric (each sampled
 client's model after local training, before aggregation):
 
     next_with_local_models: like `next`, returning also
@@ -35,7 +35,7 @@ compose_learning_process`, from swappable pieces:
    sums; `()` for most methods);
 2. client work: a `ClientWork` whose `update` computation maps
    `(Broadcast, C, {D*}) -> ClientOutput(update, update_weight,
-   client_state, metrics)`;
+   client_state, metrics, local_model)`;
 3. aggregation: a `tff.aggregators` weighted factory over `update`
    (omitted for methods without a global model, e.g. No-FL);
 4. finalization: a `tff.learning.templates.FinalizerProcess` that turns the
@@ -103,7 +103,9 @@ class ClientOutput(NamedTuple):
     metrics: `OrderedDict` of float32 sums, summed over clients.
     local_model: the client's `ModelWeights` (of the spec's Keras model)
       after local training, before aggregation (what FedPSD's Eq. 10
-      evaluates); `()` when the method's client trains something else.
+      evaluates); `()` when the method's client trains something else. A
+      client whose training diverged reports the model it falls back to
+      (the weights it started from), so Eq. 10 still counts it.
   """
   update: Any
   update_weight: Any
