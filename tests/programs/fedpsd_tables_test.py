@@ -37,7 +37,8 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   final = json.loads((cell / 'summary.json').read_text())['final_round']
   assert 0 <= final['local/accuracy_mean'] <= 1
   assert 0 <= final['local_pooled/accuracy_mean'] <= 1
-  for protocol in ('local_pooled', 'personal'):
+  assert '(local_pooled)' in table1
+  for protocol in ('local', 'personal'):
     other = (tmp_path / f'table1_{protocol}.md').read_text()
     assert f'({protocol})' in other and '| fedpsd |' in other
   # A second call finds every cell finished and trains nothing.
