@@ -217,7 +217,7 @@ def run(
     raise ValueError(f'eval_every must be >= 1, got {eval_every}.')
   if checkpoint_every < 1:
     raise ValueError(f'checkpoint_every must be >= 1, got {checkpoint_every}.')
-  if local_eval and process.next_with_local_models is None:
+  if local_eval and not process.has_local_models:
     raise ValueError(
         f'local_eval: {process.name or "this method"} does not report its '
         'clients\' models after local training (ClientOutput.local_model).')

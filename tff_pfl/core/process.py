@@ -49,6 +49,7 @@ Because `next` returns CLIENTS-placed values it cannot run under
 import collections
 from collections.abc import Callable
 import dataclasses
+import functools
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -173,9 +174,22 @@ class PersonalizedProcess:
   has_global_model: bool
   name: str = ''
   personal_features: Optional[Callable[[Any, Any, Any], Any]] = None
-  next_with_local_models: Optional[tff.Computation] = None
-  evaluate_models: Optional[tff.Computation] = None
+  local_models_fns: Optional[Callable[[], tuple[Any, Any]]] = None
   evaluate_weights: Optional[Callable[[Any, Any], Any]] = None
+
+  @property
+  def has_local_models(self) -> bool:
+    return self.local_models_fns is not None
+
+  @property
+  def next_with_local_models(self) -> Optional[tff.Computation]:
+    """`next` also returning the local models (built on first use)."""
+    return self.local_models_fns()[0] if self.has_local_models else None
+
+  @property
+  def evaluate_models(self) -> Optional[tff.Computation]:
+    """Evaluation of weights@CLIENTS on data@CLIENTS (built on first use)."""
+    return self.local_models_fns()[1] if self.has_local_models else None
 
   def get_model_weights(self, server_state: ServerState) -> Any:
     return server_state.global_model_weights
@@ -361,28 +375,34 @@ def compose_personalized_process(
                                              client_data)
     return RoundOutput(new_state, outputs.client_state, metrics)
 
-  next_with_local_models = evaluate_models = None
-  if _has_local_model(output_type.local_model, weights_type):
-
-    @tff.federated_computation(server_state_type, clients_state_type,
-                               clients_data_type)
-    def next_with_local_models(server_state, client_states, client_data):
-      new_state, outputs, metrics = round_body(server_state, client_states,
-                                               client_data)
-      return RoundOutputWithLocalModels(new_state, outputs.client_state,
-                                        metrics, outputs.local_model)
-
   del metrics_type
   has_global = aggregator is not None and client_work.global_model_evaluable
   evaluate_fn, eval_weights = _build_evaluate(
       spec, weights_type, data_type, state_type, server_state_type,
       client_work, has_global=has_global)
-  if next_with_local_models is not None:
 
-    @tff.federated_computation(tff.FederatedType(weights_type, tff.CLIENTS),
-                               clients_data_type)
-    def evaluate_models(local_models, datasets):
-      return tff.federated_map(eval_weights, (local_models, datasets))
+  # Traced on first use only: most runs never evaluate local models, and
+  # tracing two more computations costs every process build ~2 s.
+  local_models_fns = None
+  if _has_local_model(output_type.local_model, weights_type):
+
+    @functools.cache
+    def local_models_fns():
+
+      @tff.federated_computation(server_state_type, clients_state_type,
+                                 clients_data_type)
+      def next_with_local_models(server_state, client_states, client_data):
+        new_state, outputs, metrics = round_body(server_state, client_states,
+                                                 client_data)
+        return RoundOutputWithLocalModels(new_state, outputs.client_state,
+                                          metrics, outputs.local_model)
+
+      @tff.federated_computation(
+          tff.FederatedType(weights_type, tff.CLIENTS), clients_data_type)
+      def evaluate_models(local_models, datasets):
+        return tff.federated_map(eval_weights, (local_models, datasets))
+
+      return next_with_local_models, evaluate_models
   if client_work.personal_eval is not None:
     features_fn = client_work.personal_features
   else:
@@ -393,8 +413,7 @@ def compose_personalized_process(
       initial_client_state=client_work.initial_state,
       has_global_model=has_global, name=name,
       personal_features=features_fn,
-      next_with_local_models=next_with_local_models,
-      evaluate_models=evaluate_models,
+      local_models_fns=local_models_fns,
       evaluate_weights=_eager_evaluator(spec))
 
 

@@ -129,8 +129,7 @@ def test_registry_builds_every_algorithm_and_rejects_unknown_params():
     assert process.name == name
     # FedPSD's Eq. 10 needs each method's model after local training;
     # AFedCL's clients train a fused model that is not one spec model.
-    has_local = process.next_with_local_models is not None
-    assert has_local == (name != 'afedcl'), name
+    assert process.has_local_models == (name != 'afedcl'), name
   with pytest.raises(ValueError, match="does not take \\['mu'\\]"):
     registry.build('ditto', SPEC, initial_weights=W0, mu=1.0,
                    client_optimizer=tff.learning.optimizers.build_sgdm(0.1))

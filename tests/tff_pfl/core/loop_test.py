@@ -126,7 +126,7 @@ def test_local_eval_needs_a_method_reporting_local_models():
   process = fedavg.build_fedavg(
       spec, initial_weights=spec.initial_weights(0),
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
-  process = dataclasses.replace(process, next_with_local_models=None)
+  process = dataclasses.replace(process, local_models_fns=None)
   with pytest.raises(ValueError, match='local_eval'):
     loop.run(process, client_ids=IDS,
              dataset_fn=_dataset_fn(helpers.make_client_arrays(4)),
