@@ -195,21 +195,27 @@ class PersonalizedProcess:
     return server_state.global_model_weights
 
 
+def _weights_evaluator(spec: model_spec_lib.ModelSpec):
+  """`tf.function (model, ModelWeights, dataset) -> statistics`."""
+
+  @tf.function
+  def evaluate_weights(model, weights, dataset):
+    model_spec_lib.assign_weights(model, weights)
+    return evaluation.evaluate_model(spec, model, dataset)
+
+  return evaluate_weights
+
+
 def _eager_evaluator(spec: model_spec_lib.ModelSpec):
   """`(ModelWeights, dataset) -> statistics`, eager, one Keras model."""
-  cache = {}
+  evaluate_weights = _weights_evaluator(spec)
+
+  @functools.cache
+  def model():
+    return spec.keras_model_fn()
 
   def evaluate(weights, dataset):
-    if 'fn' not in cache:
-      model = spec.keras_model_fn()
-
-      @tf.function
-      def fn(weights, dataset):
-        model_spec_lib.assign_weights(model, weights)
-        return evaluation.evaluate_model(spec, model, dataset)
-
-      cache['fn'] = fn
-    stats = cache['fn'](_as_model_weights(weights), dataset)
+    stats = evaluate_weights(model(), _as_model_weights(weights), dataset)
     return tf.nest.map_structure(lambda t: t.numpy(), stats)
 
   return evaluate
@@ -435,11 +441,7 @@ def _has_local_model(local_model_type: tff.Type,
 def _build_evaluate(spec, weights_type, data_type, state_type,
                     server_state_type, client_work, *, has_global):
   """Evaluation of every given client's personal (and global) model."""
-
-  @tf.function
-  def evaluate_weights(model, weights, dataset):
-    model_spec_lib.assign_weights(model, weights)
-    return evaluation.evaluate_model(spec, model, dataset)
+  evaluate_weights = _weights_evaluator(spec)
 
   @tff.tensorflow.computation(weights_type, data_type)
   def eval_global(weights, dataset):
