@@ -6,18 +6,13 @@ method it extends exactly when its switch is off.
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
-
-import keras_models
 
 from tff_pfl.algorithms import ditto
 from tff_pfl.algorithms import fedavg
 from tff_pfl.algorithms import fedper
 from tff_pfl.algorithms import fedprox
 from tff_pfl.algorithms import fedrep
-from tff_pfl.algorithms import registry
-from tff_pfl.core import model_spec
 
 from tests.tff_pfl import conftest as helpers
 
@@ -106,30 +101,3 @@ def test_ditto_lambda_zero_is_local_training_and_lambda_pulls():
   d_free = _distance(free[2].personal_weights.trainable, W0.trainable)
   d_pulled = _distance(pulled[2].personal_weights.trainable, W0.trainable)
   assert d_pulled < d_free
-
-
-def test_registry_builds_every_algorithm_and_rejects_unknown_params():
-  # A keras_models.build_model spec ('encoder' + 'head'), which every
-  # algorithm accepts (AFedCL requires it).
-  # Datasets with `index` (FedPSD needs it; the others ignore it).
-  spec = model_spec.ModelSpec(
-      lambda: keras_models.build_model('mlp', (helpers.NUM_FEATURES,),
-                                       helpers.NUM_CLASSES,
-                                       encoder_options={'hidden': (8,)}),
-      dict(SPEC.input_spec, index=tf.TensorSpec([None], tf.int64)),
-      'classification', helpers.NUM_CLASSES)
-  w0 = spec.initial_weights(seed=0)
-  for name in registry.ALGORITHMS:
-    process = registry.build(
-        name, spec, initial_weights=w0,
-        client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
-        server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-        local_epochs=1, learning_rate_decay=1.0,
-        run_context=dict(num_clients=3, total_rounds=5))
-    assert process.name == name
-    # FedPSD's Eq. 10 needs each method's model after local training;
-    # AFedCL's clients train a fused model that is not one spec model.
-    assert process.has_local_models == (name != 'afedcl'), name
-  with pytest.raises(ValueError, match="does not take \\['mu'\\]"):
-    registry.build('ditto', SPEC, initial_weights=W0, mu=1.0,
-                   client_optimizer=tff.learning.optimizers.build_sgdm(0.1))

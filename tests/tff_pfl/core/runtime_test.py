@@ -3,6 +3,7 @@
 import shutil
 import signal
 import subprocess
+import time
 
 from tff_pfl.core import runtime
 
@@ -12,9 +13,18 @@ def test_a_worker_that_ignores_sigint_is_killed(tmp_path):
   # sometimes does after long runs (then TFF's own clean-up waits forever).
   fake = tmp_path / 'worker_binary_t'       # process name <= 15 characters
   shutil.copy('/bin/bash', fake)
-  proc = subprocess.Popen(
-      [str(fake), '-c', 'trap "" INT; while :; do sleep 0.1; done'])
+  ready = tmp_path / 'trap_installed'
+  proc = subprocess.Popen([
+      str(fake), '-c',
+      f'trap "" INT; touch {ready}; while :; do sleep 0.1; done'])
   try:
+    # SIGINT sent before bash has installed the trap would end it at once
+    # (-SIGINT): wait for the trap, so the test checks the SIGKILL path.
+    deadline = time.monotonic() + 10
+    while not ready.exists():
+      assert time.monotonic() < deadline, 'stand-in worker never started'
+      assert proc.poll() is None, 'stand-in worker exited early'
+      time.sleep(0.01)
     runtime._stop_workers(timeout_s=0.5)  # pylint: disable=protected-access
     assert proc.wait(timeout=10) == -signal.SIGKILL
   finally:
