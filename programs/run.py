@@ -210,6 +210,11 @@ def main(argv):
     if name not in algorithms.ALGORITHMS:
       raise app.UsageError(f'unknown algorithm {name!r}; known: '
                            f'{sorted(algorithms.ALGORITHMS)}.')
+    info = algorithms.ALGORITHMS[name]
+    if FLAGS.local_eval and not info.reports_local_models:
+      raise app.UsageError(
+          f'--local_eval: {name} does not report its clients\' models after '
+          'local training (FedPSD Eq. 10); leave it out or drop --local_eval.')
   config = _config_from_flags()
   t0 = time.time()
   data = experiment.prepare(config)

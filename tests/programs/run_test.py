@@ -50,6 +50,12 @@ def test_bad_input_fails_with_a_clear_message(tmp_path):
                f'--output_dir={tmp_path}', '--progress=false'])
   assert proc.returncode != 0
   assert 'clients_per_round=5' in proc.stdout
+  # Refused before any algorithm runs, not after FedAvg's rounds.
+  proc = _run(['--algorithm=fedavg,afedcl', '--local_eval', '--dataset=iris',
+               f'--output_dir={tmp_path / "eq10"}', '--progress=false'])
+  assert proc.returncode != 0
+  assert "--local_eval: afedcl does not report" in proc.stdout
+  assert not (tmp_path / 'eq10').exists()
 
 
 def test_participation_rate_is_validated(tmp_path):

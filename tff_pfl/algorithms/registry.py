@@ -41,7 +41,10 @@ class AlgorithmInfo:
   build: Callable[..., process_lib.PersonalizedProcess]
   description: str
   uses_server_optimizer: bool = True
-
+  # Whether clients report their model after local training
+  # (`ClientOutput.local_model`, FedPSD's Eq. 10); checked against the built
+  # process by tests, so programs can refuse `local_eval` before any run.
+  reports_local_models: bool = True
 
 
 ALGORITHMS: Mapping[str, AlgorithmInfo] = {
@@ -68,7 +71,8 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = {
     'afedcl': AlgorithmInfo(
         'afedcl', afedcl.build_afedcl,
         'AFedCL (afedcl.txt): adversarial consensus, L_D-weighted '
-        'aggregation, adaptive fusion; lambda_, dcc, caa, aff'),
+        'aggregation, adaptive fusion; lambda_, dcc, caa, aff',
+        reports_local_models=False),
     'fedpsd': AlgorithmInfo(
         'fedpsd', fedpsd.build_fedpsd,
         'FedPSD (fedpsd.txt): calibrated CE + progressive self-distillation '

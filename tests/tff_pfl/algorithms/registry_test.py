@@ -35,6 +35,8 @@ def test_every_algorithm_builds_with_the_common_arguments(name):
   # FedPSD's Eq. 10 needs each method's model after local training;
   # AFedCL's clients train a fused model that is not one spec model.
   assert process.has_local_models == (name != 'afedcl')
+  assert (registry.ALGORITHMS[name].reports_local_models
+          == process.has_local_models)
 
 
 def test_unknown_hyperparameter_and_unknown_name_are_refused():
