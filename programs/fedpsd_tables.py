@@ -16,7 +16,7 @@ flipped) and writes, under --output_dir:
                     personal      every client's personalized model (the
                                   global model for FedAvg-type methods) on
                                   its own test split, mean over ALL clients
-                  and table1_<protocol>.md/.csv for the other two
+                  and table1_<protocol>.md/.csv for each of the three
   table2.md/.csv  the same, LDA (Dirichlet) settings
   table3.md/.csv  global model top-1 on the union of all clients' test
                   splits (the sample-weighted mean over clients)
@@ -131,7 +131,7 @@ flags.DEFINE_enum('client_metric', 'local_pooled', list(PROTOCOLS),
                   'Which reading of Eq. 10 Tables I, II, IV, VI, VII and the '
                   'figures use (default: the one that reproduces the '
                   'paper\'s FedAvg and FedPSD numbers, docs/results.md); '
-                  'Tables I and II are also written for the other two '
+                  'Tables I and II are also written for each of the three '
                   '(table1_<protocol>.md).')
 
 
@@ -300,13 +300,17 @@ def write_tables(settings, seeds) -> None:
   shards = [s for s in settings if ':shards=' in s]
   lda = [s for s in settings if ':dirichlet=' in s]
   cell = accuracy_cell(seeds, client_key)
+  # table1_<reading>.md for every reading, and table1.md for the chosen
+  # one (so no table1_<reading>.md is left from an earlier default).
   for protocol, key in PROTOCOLS.items():
-    suffix = '' if protocol == FLAGS.client_metric else f'_{protocol}'
-    write_table(f'table1{suffix}', 'Table I: average client top-1 (%), '
-                f'sharding ({protocol})', methods, shards,
-                accuracy_cell(seeds, key))
-    write_table(f'table2{suffix}', 'Table II: average client top-1 (%), '
-                f'LDA ({protocol})', methods, lda, accuracy_cell(seeds, key))
+    suffixes = [f'_{protocol}'] + ([''] if protocol == FLAGS.client_metric
+                                   else [])
+    for suffix in suffixes:
+      write_table(f'table1{suffix}', 'Table I: average client top-1 (%), '
+                  f'sharding ({protocol})', methods, shards,
+                  accuracy_cell(seeds, key))
+      write_table(f'table2{suffix}', 'Table II: average client top-1 (%), '
+                  f'LDA ({protocol})', methods, lda, accuracy_cell(seeds, key))
   write_table('table3', 'Table III: global model top-1 (%)', methods,
               settings, accuracy_cell(seeds, server_key))
   write_table('table4', 'Table IV: rounds to FedAvg\'s final average client '

@@ -38,6 +38,7 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert 0 <= final['local/accuracy_mean'] <= 1
   assert 0 <= final['local_pooled/accuracy_mean'] <= 1
   assert '(local_pooled)' in table1
+  assert (tmp_path / 'table1_local_pooled.md').read_text() == table1
   for protocol in ('local', 'personal'):
     other = (tmp_path / f'table1_{protocol}.md').read_text()
     assert f'({protocol})' in other and '| fedpsd |' in other
