@@ -56,7 +56,9 @@ cifar10:shards=5,cifar10:dirichlet=0.05,cifar10:dirichlet=0.1 \
     --seeds=0,1,2 --rounds=200 --output_dir=runs/fedpsd_tables
 """
 
+import itertools
 import os
+import shutil
 import time
 
 from absl import app
@@ -303,14 +305,15 @@ def write_tables(settings, seeds) -> None:
   # table1_<reading>.md for every reading, and table1.md for the chosen
   # one (so no table1_<reading>.md is left from an earlier default).
   for protocol, key in PROTOCOLS.items():
-    suffixes = [f'_{protocol}'] + ([''] if protocol == FLAGS.client_metric
-                                   else [])
-    for suffix in suffixes:
-      write_table(f'table1{suffix}', 'Table I: average client top-1 (%), '
-                  f'sharding ({protocol})', methods, shards,
-                  accuracy_cell(seeds, key))
-      write_table(f'table2{suffix}', 'Table II: average client top-1 (%), '
-                  f'LDA ({protocol})', methods, lda, accuracy_cell(seeds, key))
+    write_table(f'table1_{protocol}', 'Table I: average client top-1 (%), '
+                f'sharding ({protocol})', methods, shards,
+                accuracy_cell(seeds, key))
+    write_table(f'table2_{protocol}', 'Table II: average client top-1 (%), '
+                f'LDA ({protocol})', methods, lda, accuracy_cell(seeds, key))
+  for table, ext in itertools.product(('table1', 'table2'), ('md', 'csv')):
+    shutil.copyfile(
+        os.path.join(FLAGS.output_dir, f'{table}_{FLAGS.client_metric}.{ext}'),
+        os.path.join(FLAGS.output_dir, f'{table}.{ext}'))
   write_table('table3', 'Table III: global model top-1 (%)', methods,
               settings, accuracy_cell(seeds, server_key))
   write_table('table4', 'Table IV: rounds to FedAvg\'s final average client '
