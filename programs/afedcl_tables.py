@@ -7,12 +7,14 @@ k training samples per client) and writes, under --output_dir:
   table2.md / table2.csv   mean +/- std over seeds of the final mean
                            personalized accuracy and macro-F1, per method and
                            (partition, shots); missing cells are listed
-  fig4_discrimination.png  mean L_D per round, AFedCL with and without DCC
+  fig4_discrimination.png  L_D and the discriminator's accuracy per round,
+                           AFedCL with and without DCC
   fig5_ld_vs_fusion.png    final L_D^k vs A_k over clients, regression line
   fig7_tsne.png            t-SNE of each client's personalized test
                            features (rows clients, columns --tsne_methods;
                            AFedCL's are the fused features of Eq. 9)
-  fig8_lambda.png          accuracy of AFedCL and Ditto over --lambdas
+  fig8_lambda.png          accuracy of AFedCL and Ditto over --lambdas (mean
+                           +/- std over seeds)
   fig9a_backbones.png      --sweep_methods per encoder (--model, --backbones)
   fig9b_clients.png        --sweep_methods for --client_counts clients
                            sharing --total_samples training samples
@@ -86,6 +88,9 @@ flags.DEFINE_float('learning_rate', 1e-3, 'Client learning rate.')
 flags.DEFINE_float('afedcl_lambda', 0.1, 'AFedCL lambda for the table.')
 flags.DEFINE_integer('eval_every', 10, 'Evaluate every N rounds.')
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+flags.DEFINE_bool('write_only', False, 'Train nothing: write the tables and '
+                  'figures from the cells that finished (the others are '
+                  'listed as missing).')
 
 parse_method = grid.parse_method
 load_summary = grid.load_summary
@@ -180,7 +185,8 @@ def write_table(methods, partitions, shots, seeds) -> list[str]:
           f1.append(100 * summary['final_round']['personal/macro_f1_mean'])
         if acc:
           cells.append(f'{np.mean(acc):.2f} ± {np.std(acc):.2f} '
-                       f'(F1 {np.mean(f1):.2f}; n={len(acc)})')
+                       f'(F1 {np.mean(f1):.2f} ± {np.std(f1):.2f}; '
+                       f'n={len(acc)})')
           csv_rows.append([method, p, k, np.mean(acc), np.std(acc),
                            np.mean(f1), np.std(f1), len(acc)])
         else:
@@ -208,16 +214,21 @@ def write_figures(partitions, shots, seeds) -> None:
     path = os.path.join(cell_dir(p, k, s, method), 'rounds.csv')
     return pd.read_csv(path) if os.path.exists(path) else None
 
-  # Fig. 4: L_D per round with and without DCC.
-  key = 'train/discrimination_loss_client_mean'
-  fig, ax = plt.subplots(figsize=(5, 3.5))
-  for method, label in (('afedcl', 'AFedCL'), ('afedcl:dcc=0', 'w/o DCC')):
-    df = rounds_of(method)
-    if df is not None and key in df:
-      ax.plot(df['round'], df[key], label=label)
-  ax.set_xlabel('round')
-  ax.set_ylabel('discrimination loss $L_D$')
-  ax.legend()
+  # Fig. 4: (a) L_D and (b) the discriminator's accuracy per round, with
+  # and without DCC (client means over the round's stage-1 batches).
+  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+  panels = (('discrimination_loss', '(a) discrimination loss $L_D$'),
+            ('discrimination_accuracy', '(b) discrimination accuracy'))
+  for ax, (name, ylabel) in zip(axes, panels):
+    key = f'train/{name}_client_mean'
+    for method, label in (('afedcl', 'AFedCL'), ('afedcl:dcc=0', 'w/o DCC')):
+      df = rounds_of(method)
+      if df is not None and key in df:
+        ax.plot(df['round'], df[key], label=label)
+    ax.set_xlabel('round')
+    ax.set_ylabel(ylabel)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend()
   fig.tight_layout()
   fig.savefig(os.path.join(FLAGS.output_dir, 'fig4_discrimination.png'))
   plt.close(fig)
@@ -267,18 +278,23 @@ def write_figures(partitions, shots, seeds) -> None:
   fig.savefig(os.path.join(FLAGS.output_dir, 'fig10_ablation.png'))
   plt.close(fig)
 
-  # Fig. 8: lambda sensitivity of AFedCL and Ditto.
+  # Fig. 8: lambda sensitivity of AFedCL and Ditto, mean +/- std over the
+  # seeds that finished.
   if FLAGS.lambdas:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name in ('afedcl', 'ditto'):
-      xs, ys = [], []
+      xs, ys, errs = [], [], []
       for lam in FLAGS.lambdas:
-        summary = load_summary(cell_dir(p, k, s, f'{name}:lambda_={lam}'))
-        if summary:
+        accs = [load_summary(cell_dir(p, k, seed, f'{name}:lambda_={lam}'))
+                for seed in seeds]
+        accs = [100 * a['final_round']['personal/accuracy_mean']
+                for a in accs if a]
+        if accs:
           xs.append(float(lam))
-          ys.append(100 * summary['final_round']['personal/accuracy_mean'])
+          ys.append(np.mean(accs))
+          errs.append(np.std(accs))
       if xs:
-        ax.plot(xs, ys, 'o-', label=name)
+        ax.errorbar(xs, ys, yerr=errs, fmt='o-', capsize=3, label=name)
     ax.set_xscale('log')
     ax.set_xlabel('lambda')
     ax.set_ylabel('mean personalized accuracy (%)')
@@ -321,6 +337,37 @@ def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
                cell_dir(partition, shots, seed, method, variant))
 
 
+def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
+  """Runs every cell of the grid that is not finished yet."""
+  for partition in FLAGS.partitions:
+    for k in shots:
+      for seed in seeds:
+        config = make_config(partition, k, seed)
+        data = experiment.prepare(config)
+        # Ablation and lambda sweep (all seeds) and t-SNE features (first
+        # seed) run only at the first (partition, shots) cell. Fresh lists:
+        # never alias the flags.
+        first_cell = (partition, k) == first
+        extra = (list(FLAGS.ablation) + lambda_variants if first_cell
+                 else [])
+        tsne = first_cell and seed == seeds[0]
+        for method in dict.fromkeys(
+            FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
+          out = cell_dir(partition, k, seed, method)
+          features = tsne and method in FLAGS.tsne_methods
+          if grid.needs_run(out, FLAGS.rounds) or (
+              features and not os.path.exists(
+                  os.path.join(out, 'features.npz'))):
+            run_cell(config, data, method, out, features=features)
+        write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
+  for backbone in FLAGS.backbones:
+    if backbone != FLAGS.model:
+      run_variant(*first, seeds, backbone, model=backbone)
+  for c in counts:
+    run_variant(first[0], FLAGS.total_samples // c, seeds, f'K{c}',
+                num_clients=c)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -343,34 +390,8 @@ def main(argv):
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   t0 = time.time()
   first = (FLAGS.partitions[0], shots[0])
-  for partition in FLAGS.partitions:
-    for k in shots:
-      for seed in seeds:
-        config = make_config(partition, k, seed)
-        data = experiment.prepare(config)
-        # Ablation (all seeds) and lambda sweep and t-SNE features (first
-        # seed) run only at the first (partition, shots) cell. Fresh lists:
-        # never alias the flags.
-        first_cell = (partition, k) == first
-        extra = list(FLAGS.ablation) if first_cell else []
-        if first_cell and seed == seeds[0]:
-          extra += lambda_variants
-        tsne = first_cell and seed == seeds[0]
-        for method in dict.fromkeys(
-            FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
-          out = cell_dir(partition, k, seed, method)
-          features = tsne and method in FLAGS.tsne_methods
-          if grid.needs_run(out, FLAGS.rounds) or (
-              features and not os.path.exists(
-                  os.path.join(out, 'features.npz'))):
-            run_cell(config, data, method, out, features=features)
-        write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
-  for backbone in FLAGS.backbones:
-    if backbone != FLAGS.model:
-      run_variant(*first, seeds, backbone, model=backbone)
-  for c in counts:
-    run_variant(first[0], FLAGS.total_samples // c, seeds, f'K{c}',
-                num_clients=c)
+  if not FLAGS.write_only:
+    train_grid(shots, seeds, counts, lambda_variants, first)
   missing = write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
   write_figures(FLAGS.partitions, shots, seeds)
   write_fig7(*first, seeds[0])

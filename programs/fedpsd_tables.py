@@ -120,6 +120,9 @@ flags.DEFINE_integer('max_train_samples', None, 'Cap of training samples '
                      'per client (for quick runs; the paper uses all).')
 flags.DEFINE_integer('eval_every', 5, 'Evaluate all clients every N rounds.')
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+flags.DEFINE_bool('write_only', False, 'Train nothing: write the tables and '
+                  'figures from the cells that finished (the others are '
+                  'listed as missing).')
 # Eq. 10 read three ways: the sampled clients' models after local training
 # (before aggregation) on their own test split, the same models on the pooled
 # test set, and every client's personalized model on its own test split.
@@ -184,6 +187,8 @@ def make_config(setting: str, seed: int, *, model=None, local_epochs=None,
 
 
 def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
+  if FLAGS.write_only:
+    return
   for seed in seeds:
     todo = [m for m in methods
             if grid.needs_run(cell_dir(setting, seed, m, variant),
@@ -419,9 +424,14 @@ def main(argv):
     write_tables(settings, seeds)
   for setting in FLAGS.ablation_settings:
     run_cells(setting, seeds, ['fedavg', 'fedpsd'] + FLAGS.ablation)
+  if FLAGS.architectures:
+    # Table VII's --model column, also where the main grid does not have
+    # --architecture_setting (finished cells are skipped).
+    run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods)
   for arch in FLAGS.architectures:
-    run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods,
-              variant=arch, model=arch)
+    if arch != FLAGS.model:
+      run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods,
+                variant=arch, model=arch)
   for epochs in FLAGS.epoch_sweep:
     if int(epochs) != FLAGS.local_epochs:
       run_cells(settings[0], seeds, FLAGS.sweep_methods,

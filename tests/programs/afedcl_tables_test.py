@@ -1,5 +1,6 @@
 """End-to-end test of the AFedCL grid program on the embedded digits."""
 
+from programs import grid
 from tests.programs import conftest
 
 
@@ -14,11 +15,13 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
           '--tsne_methods=afedcl,fedavg', '--client_counts=2',
           '--total_samples=20', '--sweep_methods=fedavg',
           '--model=mlp', '--optimizer=sgd', '--learning_rate=0.05',
+          '--lambdas=0.5',
           '--eval_every=1', f'--output_dir={tmp_path}']
   proc = _run(args)
   assert proc.returncode == 0, proc.stdout[-3000:]
-  # 2 seeds x 2 methods, plus fedavg with 2 clients x 10 shots x 2 seeds.
-  assert proc.stdout.count('personalized acc') == 6
+  # 2 seeds x (2 methods + AFedCL and Ditto at lambda 0.5), plus fedavg
+  # with 2 clients x 10 shots x 2 seeds.
+  assert proc.stdout.count('personalized acc') == 10
   table = (tmp_path / 'table2.md').read_text()
   assert '| afedcl |' in table and '| fedavg |' in table
   assert 'n=2' in table and 'Missing' not in table
@@ -26,8 +29,16 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   assert csv[0].startswith('method,partition,shots,acc_mean')
   assert len(csv) == 3
   for fig in ('fig4_discrimination.png', 'fig5_ld_vs_fusion.png',
-              'fig7_tsne.png', 'fig9b_clients.png', 'fig10_ablation.png'):
+              'fig7_tsne.png', 'fig8_lambda.png', 'fig9b_clients.png',
+              'fig10_ablation.png'):
     assert (tmp_path / fig).stat().st_size > 1000
+  assert 'F1 ' in table and table.count('±') == 4   # acc and F1, 2 methods
+  rounds = (tmp_path / 'disjoint_3_k10' / 'seed0' / 'afedcl' /
+            'rounds.csv').read_text().splitlines()
+  assert 'train/discrimination_accuracy_client_mean' in rounds[0]
+  # The lambda sweep runs at every seed (Fig. 8 shows mean +/- std).
+  assert (tmp_path / 'disjoint_3_k10' / 'seed1' /
+          grid.safe_name('ditto:lambda_=0.5') / 'summary.json').exists()
   cell = tmp_path / 'disjoint_3_k10' / 'seed1' / 'afedcl'
   assert (cell / 'afedcl_clients.json').exists()
   features = tmp_path / 'disjoint_3_k10' / 'seed0' / 'afedcl' / 'features.npz'
@@ -38,3 +49,12 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   again = _run(args)
   assert again.returncode == 0, again.stdout[-3000:]
   assert 'personalized acc' not in again.stdout
+  # --write_only with a seed that never ran: nothing trains, the table
+  # lists the missing cells.
+  more = [a if not a.startswith('--seeds') else '--seeds=0,1,2'
+          for a in args]
+  written = _run(more + ['--write_only'])
+  assert written.returncode == 0, written.stdout[-3000:]
+  assert 'personalized acc' not in written.stdout
+  missing = (tmp_path / 'table2.md').read_text().split('Missing runs:')[1]
+  assert 'afedcl disjoint:3 k=10 seed=2' in missing

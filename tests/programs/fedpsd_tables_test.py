@@ -14,13 +14,17 @@ def test_grid_writes_tables_and_resumes(tmp_path):
           '--methods=fedavg,fedpsd', '--ablation=fedpsd:psd=false',
           '--ablation_settings=digits:shards=2',
           '--architecture_methods=fedavg', '--sweep_methods=fedavg',
+          '--architectures=resnet10', '--architecture_setting=digits:shards=2',
+          '--epoch_sweep=1', '--participation_sweep=1.0',
           '--num_clients=6', '--participation_rate=0.5', '--rounds=2',
           '--local_epochs=2', '--batch_size=10', '--model=mlp',
           '--learning_rate=0.05', '--eval_every=1',
           f'--output_dir={tmp_path}']
   proc = _run(args)
   assert proc.returncode == 0, proc.stdout[-3000:]
-  assert proc.stdout.count('personalized acc') == 3
+  # fedavg, fedpsd, the ablation variant, and fedavg with ResNet-10, with 1
+  # local epoch and with every client sampled.
+  assert proc.stdout.count('personalized acc') == 6
   table1 = (tmp_path / 'table1.md').read_text()
   assert '| fedpsd |' in table1 and 'Missing' not in table1
   assert 'No setting' in (tmp_path / 'table2.md').read_text()
@@ -32,6 +36,11 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   fedavg_rounds = [r for r in rows if r.startswith('fedavg,')]
   assert fedavg_rounds and float(fedavg_rounds[0].split(',')[2]) <= 2
   assert (tmp_path / 'fig3_curves_digits_shards=2.png').stat().st_size > 1000
+  table7 = (tmp_path / 'table7.md').read_text()
+  assert '| fedavg |' in table7 and 'resnet10' in table7
+  assert 'Missing' not in table7
+  for fig in ('fig4_local_epochs.png', 'fig5_participation.png'):
+    assert (tmp_path / fig).stat().st_size > 1000
   cell = tmp_path / 'digits_shards=2' / 'seed0' / 'fedpsd'
   assert (cell / 'summary.json').exists()
   final = json.loads((cell / 'summary.json').read_text())['final_round']
@@ -46,3 +55,11 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   again = _run(args)
   assert again.returncode == 0, again.stdout[-3000:]
   assert 'personalized acc' not in again.stdout
+  # --write_only with a seed that never ran: nothing trains, the table
+  # lists the missing cells.
+  more = [a if not a.startswith('--seeds') else '--seeds=0,1' for a in args]
+  written = _run(more + ['--write_only'])
+  assert written.returncode == 0, written.stdout[-3000:]
+  assert 'personalized acc' not in written.stdout
+  missing = (tmp_path / 'table1.md').read_text().split('Missing runs:')[1]
+  assert 'fedpsd digits:shards=2 seed=1' in missing

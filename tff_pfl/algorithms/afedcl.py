@@ -13,7 +13,9 @@ Stage 1, dynamic consensus construction (DCC), `local_epochs` epochs:
   The encoder's -lambda dL_D comes from a gradient reversal layer
   (`keras_models.reverse_gradient`) between E_k and D_k; D_k itself gets
   dL_D unscaled (Algorithm 1, line 15).
-Upload E_k and L_D^k (mean over stage 1); the server forms
+Upload E_k and L_D^k (the mean over every batch of stage 1, as the
+training loss is reported; the discriminator's accuracy on the same batches
+is reported beside it for Fig. 4); the server forms
   E_G^{t+1} = sum_k L_D^k E_k / sum_k L_D^k                         (Eq. 8)
   with `templates.weighted_aggregation.ScoreWeightedMeanFactory` (scores
   sanitised and clipped; sample-count fallback when they sum to zero).
@@ -26,15 +28,24 @@ E_k(x)) with the current global encoder.
 Ablation switches (Fig. 10): `dcc=False` removes the L_D gradient from the
 encoder (the paper's "sub-experiment": D_k still trains and L_D is still
 reported); `caa=False` aggregates with sample-count weights; `aff=False`
-skips stage 2 and evaluates C_k(E_k(x)). With all three off, W_k is trained
-on L_C alone from its own previous values: plain local training, while the
-server averages the uploaded encoders (tested).
+skips stage 2 and evaluates C_k(E_k(x)). With lambda = 0 and all three
+off, W_k is trained on L_C alone from its own previous values, since
+Algorithm 1 (line 11) starts every round from the client's last W_k, not
+from E_G: this is local training of the whole model (No-FL), while the
+server still averages the uploaded encoders, which nothing then reads
+(tested over several rounds). FedPer, which the issue names, differs in one
+point only: it starts each round's encoder from the average; with the
+switches on, AFedCL reaches the average through L_D and the fusion instead.
 
 Defaults: lambda = 0.1 (the paper picks lambda from {0.01, 0.1, 1} per data
 set), A_k starts at 0.5 (a_k = 0), discriminator hidden width 256 (the paper
 says "two dense layers" without widths), L_D clip bound 10 (our choice:
 ln 2 ~ 0.69 is the loss of a discriminator that cannot tell the features
-apart). The global model's classifier is never trained, so only the
+apart, but the reversed gradient lets an encoder drive L_D well above it;
+on NEU-CLS clients' L_D reached 8.8, so a bound near ln 2 would flatten
+CAA into plain averaging. With K clients at L_D ~ l, one client at the bound
+B gets at most B / (B + (K - 1) l) of the weight; lower
+`max_discrimination_loss` where that is too much). The global model's classifier is never trained, so only the
 personalized (fused) model is evaluated. The paper trains with Adam (lr 1e-3,
 beta1 0.9): pass `tff.learning.optimizers.build_adam(1e-3)`.
 """
@@ -153,21 +164,29 @@ def build_afedcl(
         client_optimizer, learning_rate_decay, round_num,
         disc.trainable_variables)
 
-    # Stage 1: dynamic consensus construction (Eqs. 4-7).
-    def dcc_forward(batch):
+    # Stage 1: dynamic consensus construction (Eqs. 4-7). The carry sums
+    # the discriminator's accuracy (Fig. 4(b)) over the batches it trains
+    # on; it adds no gradient and does not change training.
+    def dcc_forward(batch, correct):
       f_l = enc_l(batch['x'], training=True)
       f_g = tf.stop_gradient(enc_g(batch['x'], training=False))
       d_l = disc(keras_models.reverse_gradient(f_l, grl_weight))
       d_g = disc(f_g)
-      return head(f_l, training=True), fusion.discrimination_loss(d_l, d_g)
+      n = tf.cast(tf.shape(batch['y'])[0], tf.float32)
+      correct += tf.stop_gradient(
+          fusion.discrimination_accuracy(d_l, d_g)) * n
+      return (head(f_l, training=True), fusion.discrimination_loss(d_l, d_g),
+              correct)
 
     stage1 = local_training.train_model(
         spec, local_model, client_optimizer, dataset, local_epochs,
         variables=(enc_l.trainable_variables + head.trainable_variables +
                    disc.trainable_variables),
-        forward_fn=dcc_forward, learning_rate=learning_rate)
+        forward_fn=dcc_forward, learning_rate=learning_rate,
+        carry=tf.constant(0.0))
     after_dcc = model_spec_lib.read_weights(local_model)
     ld = stage1['extra_sum'] / tf.maximum(stage1['num_examples'], 1.0)
+    d_acc = stage1['carry'] / tf.maximum(stage1['num_examples'], 1.0)
 
     # Stage 2: adaptive feature fusion (Eqs. 9-11).
     if aff:
@@ -216,7 +235,9 @@ def build_afedcl(
         loss_sum=tf.where(finite, loss_sum, 0.0), num_examples=num,
         non_finite=1.0 - tf.cast(finite, tf.float32),
         discrimination_loss=tf.where(finite, ld, 0.0),
-        fusion_weight=fusion.fusion_weight(new_state.fusion_logit))
+        discrimination_accuracy=tf.where(finite, d_acc, 0.0),
+        # Per-client sums; the loop divides by the finite clients.
+        fusion_weight=tf.where(finite, fusion.fusion_weight(new_logit), 0.0))
     return process_lib.ClientOutput(delta, weight, new_state, metrics)
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())

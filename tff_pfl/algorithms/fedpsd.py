@@ -27,8 +27,15 @@ distillation: each sample's softmax output is recorded (without gradient)
 when it is trained on, in a buffer indexed by the sample's position in the
 client's split (the dataset's `index`, see `client_data.with_index`), so
 shuffling and augmentation are allowed. The buffer of the last local epoch
-becomes the client's stored P_k^t, i.e. the personalized model's outputs at
-the end of local training, without an extra inference pass.
+becomes the client's stored P_k^t: each sample's softmax as the model saw
+it while training on it in the last epoch (training mode, on the augmented
+input, just before the step on its batch), not a separate inference pass of
+the final model. The paper allows both readings (Eq. 1: the personalized
+model's output "after local training"; Section VII: "the personalized model
+outputs generated during local training"); this one costs no extra pass
+and is the one PSD's epoch-to-epoch teacher (Eq. 3) uses, so that epoch 1
+and epochs >= 2 distil the same kind of target (checked against an eager
+reference in the tests).
 
 Client state: the stored predictions (float32 [n_k, classes]; use the disk
 store for many clients), the personalized model (the locally trained

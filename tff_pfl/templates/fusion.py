@@ -28,3 +28,13 @@ def discrimination_loss(local_logits: tf.Tensor,
   local = bce(labels=tf.zeros_like(local_logits), logits=local_logits)
   glob = bce(labels=tf.ones_like(global_logits), logits=global_logits)
   return 0.5 * (tf.reduce_mean(local) + tf.reduce_mean(glob))
+
+
+def discrimination_accuracy(local_logits: tf.Tensor,
+                            global_logits: tf.Tensor) -> tf.Tensor:
+  """The discriminator's accuracy over the 2|S| features of Eq. 5 (the
+  paper's Fig. 4(b)): a local feature is right when D says "local" (logit
+  < 0), a global one when D says "global" (logit > 0); 0.5 is chance."""
+  right_local = tf.cast(local_logits < 0.0, tf.float32)
+  right_global = tf.cast(global_logits > 0.0, tf.float32)
+  return 0.5 * (tf.reduce_mean(right_local) + tf.reduce_mean(right_global))

@@ -46,14 +46,47 @@ def _run(rounds=1, **kwargs):
 
 
 def test_all_switches_off_is_local_training():
-  _, state, states, _ = _run(lambda_=0.0, dcc=False, caa=False, aff=False)
-  model = helpers.eager_sgd(SPEC, W0, DATA[1], epochs=2, lr=0.1)
+  # Two rounds of 2 epochs: every round restarts from the client's own W_k
+  # (Algorithm 1, line 11), so this is 4 epochs of local training (No-FL),
+  # not FedPer (whose second round would start from the averaged encoder).
+  _, state, states, metrics = _run(rounds=2, lambda_=0.0, dcc=False,
+                                   caa=False, aff=False)
+  model = helpers.eager_sgd(SPEC, W0, DATA[1], epochs=4, lr=0.1)
   for got, want in zip(states[1].model_weights.trainable,
                        model.trainable_variables):
-    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
   # The server still averages the uploaded encoders (by sample counts).
   assert not np.allclose(state.global_model_weights.trainable[0],
                          W0.trainable[0])
+  assert metrics['client_work']['non_finite'] == 0
+
+
+def test_client_state_carries_over_rounds():
+  """Round 2 starts W, D and A from round 1's values (Algorithm 1, line 11)."""
+  process, state1, states1, _ = _run(rounds=1, lambda_=1.0)
+  _, _, two, _ = _run(rounds=2, lambda_=1.0)
+  _, from_state, _ = process.next(state1, list(states1), DATA)
+  fresh = [process.initial_client_state(str(i)) for i in range(3)]
+  _, from_fresh, _ = process.next(state1, fresh, DATA)
+  for a, b in zip(from_state, two):
+    for x, y in zip(list(a.model_weights.trainable) + list(a.discriminator),
+                    list(b.model_weights.trainable) + list(b.discriminator)):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert float(a.fusion_logit) == pytest.approx(float(b.fusion_logit),
+                                                  rel=1e-5, abs=1e-7)
+  # The same round from initial client states (same global model) differs
+  # in each of W, D and A.
+  for a, b in zip(from_fresh, two):
+    assert not np.allclose(a.model_weights.trainable[0],
+                           b.model_weights.trainable[0])
+    assert not np.allclose(a.discriminator[0], b.discriminator[0])
+    assert float(a.fusion_logit) != pytest.approx(float(b.fusion_logit))
+
+
+def test_discrimination_accuracy_is_reported():
+  _, _, _, metrics = _run(lambda_=1.0)
+  acc = metrics['client_work']['discrimination_accuracy']   # sum over 3
+  assert 0.0 <= acc <= 3.0
 
 
 def test_consensus_aware_aggregation_is_eq8():

@@ -84,6 +84,9 @@ def test_each_switch_changes_training(switch):
   off_state, _, off_metrics = _switch_run(**flags)
   flags[switch] = True
   on_state, _, on_metrics = _switch_run(**flags)
+  # Training stayed finite (a NaN client would be dropped with weight 0 and
+  # also "change" the global model).
+  assert on_metrics[0]['non_finite'] == 0 and off_metrics[0]['non_finite'] == 0
   diff = np.abs(_flat(on_state.global_model_weights)
                 - _flat(off_state.global_model_weights)).max()
   assert diff > 1e-4
@@ -93,6 +96,80 @@ def test_each_switch_changes_training(switch):
   else:
     assert on_metrics[0]['loss_sum'] != pytest.approx(
         off_metrics[0]['loss_sum'], rel=1e-4)
+
+
+def _eager_fedpsd(rounds, *, rhpk, psd, cll, total_rounds=4, epochs=3):
+  """Independent eager FedPSD (Eqs. 1-9) on ARRAYS: plain SGD, batches of 8
+  in order, FedAvg of the clients' weights (equal sizes). Returns the global
+  trainable weights and each client's stored predictions."""
+  weights = [np.asarray(w) for w in W0.trainable]
+  history = [None] * len(ARRAYS)
+  c = helpers.NUM_CLASSES
+  for t in range(rounds):
+    alpha = min((t + 1) / total_rounds, 1.0)                   # Eq. 2
+    trained = []
+    for k, (x, y) in enumerate(ARRAYS):
+      model = SPEC.keras_model_fn()
+      for v, w in zip(model.trainable_variables, weights):
+        v.assign(w)
+      onehot = np.eye(c, dtype=np.float32)[y]
+      present = np.flatnonzero(np.bincount(y, minlength=c))
+      log_prior = np.log(np.bincount(y, minlength=c)[present] / len(y))
+      position = {cls: i for i, cls in enumerate(present)}
+      # Epoch 1: the stored predictions of the last participation (Eq. 1),
+      # or Y alone for a first-seen client.
+      teacher = (onehot if history[k] is None
+                 else alpha * history[k] + (1 - alpha) * onehot)
+      use_kd = rhpk
+      for _ in range(epochs):
+        predictions = np.zeros((len(y), c), np.float32)
+        for start in range(0, len(y), 8):
+          xb, yb = x[start:start + 8], y[start:start + 8]
+          h = tf.constant(teacher[start:start + 8])
+          with tf.GradientTape() as tape:
+            logits = model(xb, training=True)
+            if cll:     # Eqs. 7-8: only the client's classes, plus ln P(y)
+              cal = tf.gather(logits, present, axis=1) + log_prior
+              ce = tf.keras.losses.sparse_categorical_crossentropy(
+                  [position[v] for v in yb], cal, from_logits=True)
+            else:
+              ce = tf.keras.losses.sparse_categorical_crossentropy(
+                  yb, logits, from_logits=True)
+            log_p = tf.nn.log_softmax(logits)
+            kl = tf.reduce_sum(tf.where(
+                h > 0, h * (tf.math.log(tf.where(h > 0, h, 1.0)) - log_p),
+                0.0), axis=1)                                    # Eq. 4
+            loss = tf.reduce_mean(ce) + (tf.reduce_mean(kl) if use_kd
+                                         else 0.0)               # Eq. 9
+          predictions[start:start + 8] = tf.nn.softmax(logits).numpy()
+          grads = tape.gradient(loss, model.trainable_variables)
+          for v, g in zip(model.trainable_variables, grads):
+            v.assign_sub(LR * g)
+        teacher = alpha * predictions + (1 - alpha) * onehot     # Eq. 3
+        use_kd = psd
+      history[k] = predictions
+      trained.append([v.numpy() for v in model.trainable_variables])
+    weights = [np.mean([w[i] for w in trained], axis=0)
+               for i in range(len(weights))]
+  return weights, history
+
+
+@pytest.mark.parametrize('switches', [
+    dict(rhpk=True, psd=True, cll=True),
+    dict(rhpk=True, psd=False, cll=False)], ids=['all', 'rhpk_only'])
+def test_two_rounds_match_an_eager_reference(switches, full_run):
+  """Round 2 recalls round 1's stored predictions, so this checks RHPK with
+  history, PSD's epoch-to-epoch teacher and the calibrated loss together."""
+  if all(switches.values()):
+    _, (state, states, metrics) = full_run
+  else:
+    state, states, metrics = _run(_build(**switches), rounds=2)
+  assert all(m['non_finite'] == 0 for m in metrics)
+  want_weights, want_history = _eager_fedpsd(2, **switches)
+  for got, want in zip(state.global_model_weights.trainable, want_weights):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  for s, want in zip(states, want_history):
+    np.testing.assert_allclose(s.predictions, want, rtol=1e-4, atol=1e-5)
 
 
 def test_predictions_are_stored_and_recalled(full_run):
