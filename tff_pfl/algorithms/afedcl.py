@@ -23,7 +23,9 @@ Stage 2, adaptive feature fusion (AFF), `local_epochs` epochs:
   f = A_k E_G(x) + (1 - A_k) E_k(x)                                 (Eq. 9)
   minimise L_C' = CE(C_k(f), y) over E_k, C_k and a_k          (Eqs. 10-11)
 The personalized model that is evaluated is x -> C_k(A_k E_G(x) + (1-A_k)
-E_k(x)) with the current global encoder.
+E_k(x)) with the current global encoder: after round t that is E_G^{t+1},
+the one a deployed client would hold (Section IV's "offline training,
+online inference"), while C_k and A_k were last fitted against E_G^t.
 
 Ablation switches (Fig. 10): `dcc=False` removes the L_D gradient from the
 encoder (the paper's "sub-experiment": D_k still trains and L_D is still
