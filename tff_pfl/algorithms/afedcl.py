@@ -47,8 +47,9 @@ apart, but the reversed gradient lets an encoder drive L_D well above it;
 on NEU-CLS clients' L_D reached 8.8, so a bound near ln 2 would flatten
 CAA into plain averaging. With K clients at L_D ~ l, one client at the bound
 B gets at most B / (B + (K - 1) l) of the weight; lower
-`max_discrimination_loss` where that is too much). The global model's classifier is never trained, so only the
-personalized (fused) model is evaluated. The paper trains with Adam (lr 1e-3,
+`max_discrimination_loss` where that is too much). The global model's
+classifier is never trained, so only the personalized (fused) model is
+evaluated. The paper trains with Adam (lr 1e-3,
 beta1 0.9): pass `tff.learning.optimizers.build_adam(1e-3)`.
 """
 
