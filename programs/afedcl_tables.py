@@ -113,6 +113,15 @@ def cell_dir(partition: str, shots: int, seed: int, method: str,
                       f'seed{seed}', grid.safe_name(method))
 
 
+def final_accuracies(partition, shots, seeds, method,
+                     variant: str = '') -> list[float]:
+  """Final mean personalized accuracy (%) of the cell at each finished seed."""
+  summaries = [load_summary(cell_dir(partition, shots, s, method, variant))
+               for s in seeds]
+  return [100 * x['final_round']['personal/accuracy_mean']
+          for x in summaries if x]
+
+
 def _dump_afedcl_clients(result, out: str) -> None:
   """Per-client final L_D and A_k, for Fig. 5."""
   rows = []
@@ -265,9 +274,7 @@ def write_figures(partitions, shots, seeds) -> None:
   for method, label in (('afedcl', 'full'), ('afedcl:dcc=0', 'w/o DCC'),
                         ('afedcl:caa=0', 'w/o CAA'),
                         ('afedcl:aff=0', 'w/o AFF')):
-    accs = [load_summary(cell_dir(p, k, seed, method)) for seed in seeds]
-    accs = [100 * a['final_round']['personal/accuracy_mean']
-            for a in accs if a]
+    accs = final_accuracies(p, k, seeds, method)
     if accs:
       labels.append(label)
       values.append(np.mean(accs))
@@ -285,10 +292,7 @@ def write_figures(partitions, shots, seeds) -> None:
     for name in ('afedcl', 'ditto'):
       xs, ys, errs = [], [], []
       for lam in FLAGS.lambdas:
-        accs = [load_summary(cell_dir(p, k, seed, f'{name}:lambda_={lam}'))
-                for seed in seeds]
-        accs = [100 * a['final_round']['personal/accuracy_mean']
-                for a in accs if a]
+        accs = final_accuracies(p, k, seeds, f'{name}:lambda_={lam}')
         if accs:
           xs.append(float(lam))
           ys.append(np.mean(accs))
@@ -450,10 +454,7 @@ def write_fig9(partition, shots, seeds, counts) -> None:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   def accuracy(part, k, method, variant):
-    accs = [load_summary(cell_dir(part, k, s, method, variant))
-            for s in seeds]
-    accs = [100 * a['final_round']['personal/accuracy_mean']
-            for a in accs if a]
+    accs = final_accuracies(part, k, seeds, method, variant)
     return np.mean(accs) if accs else None
 
   if FLAGS.backbones:
