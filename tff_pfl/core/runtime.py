@@ -6,6 +6,14 @@ that process can outlive Python while holding the parent's stdout/stderr,
 so `python -m programs.run ... | cat` (and any CI log capture) hangs. The fix
 verified in `shared/notes/tff-0.87-field-guide.md` (pitfall 10) is to drop
 the default context and collect garbage at exit, which stops the worker.
+
+The clean-up is registered when this module is imported, not only once a
+context is installed: TFF's import alone creates a `ServiceManager` whose
+`__del__` runs at interpreter teardown, after `subprocess` is gone, and
+prints `AttributeError: 'NoneType' object has no attribute 'Popen'` below
+the real error whenever a program fails early (e.g. on a bad flag).
+Collecting it in `atexit`, while the modules are still alive, ends the
+program on its own error message.
 """
 
 import atexit
@@ -18,7 +26,6 @@ import psutil
 import tensorflow_federated as tff
 
 _installed = False
-_atexit_registered = False
 
 
 def _stop_workers(timeout_s: float) -> None:
@@ -76,16 +83,13 @@ def shutdown(timeout_s: float = 10.0) -> None:
 def ensure_context(
     max_concurrent_computation_calls: Optional[int] = None,
 ) -> None:
-  """Installs a sync local C++ context once, with shutdown registered at exit.
+  """Installs a sync local C++ context once (shutdown runs at exit).
 
   Args:
     max_concurrent_computation_calls: caps how many client computations the
       worker runs at once (memory scales with it); `None` or -1 = no cap.
   """
-  global _installed, _atexit_registered
-  if not _atexit_registered:
-    atexit.register(shutdown)
-    _atexit_registered = True
+  global _installed
   if _installed:
     return
   cap = -1 if max_concurrent_computation_calls is None else int(
@@ -93,3 +97,6 @@ def ensure_context(
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=cap)
   _installed = True
+
+
+atexit.register(shutdown)

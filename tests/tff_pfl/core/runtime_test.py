@@ -3,6 +3,7 @@
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 from tff_pfl.core import runtime
@@ -30,3 +31,20 @@ def test_a_worker_that_ignores_sigint_is_killed(tmp_path):
   finally:
     if proc.poll() is None:
       proc.kill()
+
+
+def test_a_failing_program_ends_on_its_own_error():
+  # TFF's import creates a ServiceManager whose __del__ fails at interpreter
+  # teardown ("'NoneType' object has no attribute 'Popen'") unless it is
+  # collected at exit while the modules are alive: importing runtime
+  # registers that clean-up.
+  code = ('import tensorflow_federated\n'
+          'from tff_pfl.core import runtime\n'
+          'raise ValueError("bad input, named")\n')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 1
+  assert 'ValueError: bad input, named' in result.stderr
+  assert 'Exception ignored' not in result.stderr, result.stderr[-2000:]
+  tail = [l for l in result.stderr.splitlines() if l.strip()][-1]
+  assert tail == 'ValueError: bad input, named', tail
