@@ -139,8 +139,14 @@ def run_cell(config: experiment.ExperimentConfig,
 
 
 def mean_std(values: list[float]) -> str:
-  """'m ± s' in percent points of fractions, '-' when empty."""
+  """'m ± s' (population std) in percent points of fractions.
+
+  '-' when empty; one value is written 'm (1 seed)', since '± 0.00' would
+  read as a measured spread.
+  """
   if not values:
     return '-'
   v = 100 * np.asarray(values, np.float64)
+  if len(v) == 1:
+    return f'{v[0]:.2f} (1 seed)'
   return f'{v.mean():.2f} ± {v.std():.2f}'

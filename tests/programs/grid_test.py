@@ -40,3 +40,9 @@ def test_needs_run_reopens_cells_missing_a_metric(tmp_path):
   only = _finished_cell(tmp_path / 'd', 10, {}, checkpoints=(10,))
   assert grid.needs_run(str(only), 10, ('local/accuracy_mean',))
   assert list((only / 'checkpoints').iterdir()) == []
+
+
+def test_mean_std_marks_a_single_seed():
+  assert grid.mean_std([]) == '-'
+  assert grid.mean_std([0.5]) == '50.00 (1 seed)'
+  assert grid.mean_std([0.5, 0.7]) == '60.00 ± 10.00'
