@@ -448,14 +448,15 @@ def write_fig7(partition, shots, seed) -> None:
 
 
 def write_fig9(partition, shots, seeds, counts) -> None:
-  """(a) accuracy per backbone, (b) per number of clients."""
+  """(a) accuracy per backbone, (b) per number of clients; mean ± std
+  over the finished seeds (error bars)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   def accuracy(part, k, method, variant):
     accs = final_accuracies(part, k, seeds, method, variant)
-    return np.mean(accs) if accs else None
+    return (np.mean(accs), np.std(accs)) if accs else None
 
   if FLAGS.backbones:
     backbones = list(dict.fromkeys([FLAGS.model] + FLAGS.backbones))
@@ -464,8 +465,9 @@ def write_fig9(partition, shots, seeds, counts) -> None:
     for i, method in enumerate(FLAGS.sweep_methods):
       values = [accuracy(partition, shots, method,
                          '' if b == FLAGS.model else b) for b in backbones]
-      xs = [j + i * width for j, v in enumerate(values) if v is not None]
-      ax.bar(xs, [v for v in values if v is not None], width, label=method)
+      found = [(j + i * width, v) for j, v in enumerate(values) if v]
+      ax.bar([x for x, _ in found], [v[0] for _, v in found], width,
+             yerr=[v[1] for _, v in found], capsize=2, label=method)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(backbones))])
     ax.set_xticklabels(backbones)
     ax.set_ylabel('mean personalized accuracy (%)')
@@ -476,14 +478,15 @@ def write_fig9(partition, shots, seeds, counts) -> None:
   if counts:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for method in FLAGS.sweep_methods:
-      xs, ys = [], []
+      xs, ys, errs = [], [], []
       for c in counts:
         v = accuracy(partition, FLAGS.total_samples // c, method, f'K{c}')
         if v is not None:
           xs.append(c)
-          ys.append(v)
+          ys.append(v[0])
+          errs.append(v[1])
       if xs:
-        ax.plot(xs, ys, 'o-', label=method)
+        ax.errorbar(xs, ys, yerr=errs, fmt='o-', capsize=3, label=method)
     ax.set_xlabel(f'clients (sharing {FLAGS.total_samples} training samples)')
     ax.set_ylabel('mean personalized accuracy (%)')
     ax.legend(fontsize=7)
