@@ -465,7 +465,8 @@ def write_fig9(partition, shots, seeds, counts) -> None:
     for i, method in enumerate(FLAGS.sweep_methods):
       values = [accuracy(partition, shots, method,
                          '' if b == FLAGS.model else b) for b in backbones]
-      found = [(j + i * width, v) for j, v in enumerate(values) if v]
+      found = [(j + i * width, v) for j, v in enumerate(values)
+               if v is not None]
       ax.bar([x for x, _ in found], [v[0] for _, v in found], width,
              yerr=[v[1] for _, v in found], capsize=2, label=method)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(backbones))])
