@@ -192,10 +192,14 @@ def write_table(methods, partitions, shots, seeds) -> list[str]:
             continue
           acc.append(100 * summary['final_round']['personal/accuracy_mean'])
           f1.append(100 * summary['final_round']['personal/macro_f1_mean'])
-        if acc:
+        if len(acc) == 1:
+          # One seed has no spread to show; '± 0.00' would read as measured.
+          cells.append(f'{acc[0]:.2f} (F1 {f1[0]:.2f}; 1 seed)')
+        elif acc:
           cells.append(f'{np.mean(acc):.2f} ± {np.std(acc):.2f} '
                        f'(F1 {np.mean(f1):.2f} ± {np.std(f1):.2f}; '
                        f'n={len(acc)})')
+        if acc:
           csv_rows.append([method, p, k, np.mean(acc), np.std(acc),
                            np.mean(f1), np.std(f1), len(acc)])
         else:
@@ -401,7 +405,8 @@ def main(argv):
   write_fig7(*first, seeds[0])
   write_fig9(*first, seeds, counts)
   print(open(os.path.join(FLAGS.output_dir, 'table2.md')).read())
-  print(f'done in {time.time() - t0:.0f}s; missing cells: {len(missing)}')
+  print(f'done in {time.time() - t0:.0f}s; missing Table II cells: '
+        f'{len(missing)}')
   return 0
 
 

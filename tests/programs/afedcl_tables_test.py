@@ -58,3 +58,9 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   assert 'personalized acc' not in written.stdout
   missing = (tmp_path / 'table2.md').read_text().split('Missing runs:')[1]
   assert 'afedcl disjoint:3 k=10 seed=2' in missing
+  # One seed has no spread: its cells say so instead of '± 0.00'.
+  one = [a if not a.startswith('--seeds') else '--seeds=1' for a in args]
+  single = _run(one + ['--write_only'])
+  assert single.returncode == 0, single.stdout[-3000:]
+  table = (tmp_path / 'table2.md').read_text()
+  assert table.count('1 seed') == 2 and '±' not in table
