@@ -1,4 +1,4 @@
-r"""AFedCL paper grid: Table II and Figs. 4, 5, 8 and 10 (afedcl.txt, Sec. V).
+r"""AFedCL paper grid: Table II, Figs. 4, 5, 7, 8, 9, 10 (afedcl.txt, Sec. V).
 
 Runs every (partition, shots, seed, method) cell of a grid with the paper's
 setting (5 clients, all sampled every round, Adam 1e-3, 3 local epochs,
