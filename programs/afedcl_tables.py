@@ -192,18 +192,18 @@ def write_table(methods, partitions, shots, seeds) -> list[str]:
             continue
           acc.append(100 * summary['final_round']['personal/accuracy_mean'])
           f1.append(100 * summary['final_round']['personal/macro_f1_mean'])
+        if not acc:
+          cells.append('-')
+          continue
         if len(acc) == 1:
           # One seed has no spread to show; '± 0.00' would read as measured.
           cells.append(f'{acc[0]:.2f} (F1 {f1[0]:.2f}; 1 seed)')
-        elif acc:
+        else:
           cells.append(f'{np.mean(acc):.2f} ± {np.std(acc):.2f} '
                        f'(F1 {np.mean(f1):.2f} ± {np.std(f1):.2f}; '
                        f'n={len(acc)})')
-        if acc:
-          csv_rows.append([method, p, k, np.mean(acc), np.std(acc),
-                           np.mean(f1), np.std(f1), len(acc)])
-        else:
-          cells.append('-')
+        csv_rows.append([method, p, k, np.mean(acc), np.std(acc),
+                         np.mean(f1), np.std(f1), len(acc)])
     md.append('| ' + ' | '.join(cells) + ' |')
   with open(os.path.join(FLAGS.output_dir, 'table2.md'), 'w') as f:
     f.write('\n'.join(md) + '\n')
