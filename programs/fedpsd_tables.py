@@ -26,7 +26,10 @@ flipped) and writes, under --output_dir:
   table7.md/.csv  architectures (--architectures at --architecture_setting)
   fig3_curves_<setting>.png   global and client accuracy per round
   fig4_local_epochs.png       client accuracy vs local epochs (--epoch_sweep)
-  fig5_participation.png      client accuracy vs participation rate
+  fig4_local_epochs.md/.csv   its numbers (--client_metric), and
+  fig4_local_epochs_global.md/.csv  the global model's at the same points
+  fig5_participation.png/.md/.csv, fig5_participation_global.md/.csv
+                              the same vs participation rate
 
 Settings are `<dataset>:shards=<S>` or `<dataset>:dirichlet=<alpha>`.
 Methods are names from `programs.run --list`, optionally with parameters
@@ -60,6 +63,7 @@ import itertools
 import os
 import shutil
 import time
+from typing import Any, Callable, NamedTuple
 
 from absl import app
 from absl import flags
@@ -265,12 +269,60 @@ def write_table(name, title, rows, columns, cell_fn) -> None:
     f.write('\n'.join(csv) + '\n')
 
 
-def accuracy_cell(seeds, key, variant_fn=None):
+def accuracy_cell(seeds, key):
   def cell(method, setting):
-    variant = variant_fn(setting) if variant_fn else ''
-    values, missing = final_values(setting, seeds, method, key, variant)
+    values, missing = final_values(setting, seeds, method, key)
     return grid.mean_std(values), values, missing
   return cell
+
+
+class Sweep(NamedTuple):
+  """One of Figs. 4 and 5: a config value swept at the first setting."""
+  values: list[str]                      # the flag's swept values
+  variant: Callable[[float], str]        # cell-folder suffix of a value
+  label: str                             # axis label
+  default: float                         # the main grid's value (no suffix)
+  config: Callable[[float], dict[str, Any]]  # make_config keyword args
+
+
+def sweeps() -> dict[str, Sweep]:
+  """Figs. 4 and 5 by output file name."""
+  return {
+      'fig4_local_epochs': Sweep(
+          FLAGS.epoch_sweep, lambda e: f'E{int(e)}', 'local epochs',
+          float(FLAGS.local_epochs), lambda e: {'local_epochs': int(e)}),
+      'fig5_participation': Sweep(
+          FLAGS.participation_sweep, lambda r: f'rate{r:g}',
+          'participation rate', FLAGS.participation_rate,
+          lambda r: {'participation_rate': r}),
+  }
+
+
+def sweep_points(sweep: Sweep) -> list[tuple[float, str]]:
+  """(x, cell variant) at each point of a sweep, the main grid's included."""
+  xs = sorted(set([sweep.default] + [float(v) for v in sweep.values]))
+  return [(x, '' if x == sweep.default else sweep.variant(x)) for x in xs]
+
+
+def write_sweep_tables(setting, seeds, client_key, server_key) -> None:
+  """The numbers behind Figs. 4 and 5: method x swept value, client
+  accuracy (the figure's) and the global model's."""
+  for name, sweep in sweeps().items():
+    if not sweep.values:
+      continue
+    points = {f'{x:g}': variant for x, variant in sweep_points(sweep)}
+
+    def cell_fn(key):
+      def cell(method, column):
+        found, missing = final_values(setting, seeds, method, key,
+                                      points[column])
+        return grid.mean_std(found), found, missing
+      return cell
+    for suffix, key, what in (('', client_key,
+                               f'average client top-1 ({FLAGS.client_metric})'),
+                              ('_global', server_key, 'global model top-1')):
+      write_table(name + suffix, f'{what} (%) by {sweep.label}, {setting}',
+                  FLAGS.sweep_methods, list(points), cell_fn(key))
 
 
 def rounds_cell(seeds, key):
@@ -341,6 +393,7 @@ def write_tables(settings, seeds) -> None:
     write_table('table7', 'Table VII: average client top-1 (%) by '
                 f'architecture, {FLAGS.architecture_setting}',
                 FLAGS.architecture_methods, archs, by_arch)
+  write_sweep_tables(settings[0], seeds, client_key, server_key)
 
 
 # -------------------------------------------------------------- figures
@@ -374,15 +427,13 @@ def write_figures(settings, seeds) -> None:
                              f'fig3_curves_{grid.safe_name(setting)}.png'))
     plt.close(fig)
 
-  def sweep_figure(values, variant_fn, xlabel, filename, default):
-    if not values:
-      return
+  for name, sweep in sweeps().items():
+    if not sweep.values:
+      continue
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    xs_all = sorted(set([default] + [float(v) for v in values]))
     for method in FLAGS.sweep_methods:
       xs, ys = [], []
-      for x in xs_all:
-        variant = '' if x == default else variant_fn(x)
+      for x, variant in sweep_points(sweep):
         acc, _ = final_values(settings[0], seeds, method,
                               PROTOCOLS[FLAGS.client_metric], variant)
         if acc:
@@ -390,19 +441,13 @@ def write_figures(settings, seeds) -> None:
           ys.append(100 * np.mean(acc))
       if xs:
         ax.plot(xs, ys, 'o-', label=method)
-    ax.set_xlabel(xlabel)
+    ax.set_xlabel(sweep.label)
     ax.set_ylabel('average client top-1 (%)')
     ax.set_title(settings[0])
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(FLAGS.output_dir, filename))
+    fig.savefig(os.path.join(FLAGS.output_dir, f'{name}.png'))
     plt.close(fig)
-
-  sweep_figure(FLAGS.epoch_sweep, lambda e: f'E{int(e)}', 'local epochs',
-               'fig4_local_epochs.png', float(FLAGS.local_epochs))
-  sweep_figure(FLAGS.participation_sweep, lambda r: f'rate{r:g}',
-               'participation rate', 'fig5_participation.png',
-               FLAGS.participation_rate)
 
 
 def main(argv):
@@ -432,15 +477,11 @@ def main(argv):
     if arch != FLAGS.model:
       run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods,
                 variant=arch, model=arch)
-  for epochs in FLAGS.epoch_sweep:
-    if int(epochs) != FLAGS.local_epochs:
-      run_cells(settings[0], seeds, FLAGS.sweep_methods,
-                variant=f'E{int(epochs)}', local_epochs=int(epochs))
-  for rate in FLAGS.participation_sweep:
-    if float(rate) != FLAGS.participation_rate:
-      run_cells(settings[0], seeds, FLAGS.sweep_methods,
-                variant=f'rate{float(rate):g}',
-                participation_rate=float(rate))
+  for sweep in sweeps().values():
+    for x, variant in sweep_points(sweep):
+      if variant:    # the main grid's value ran above
+        run_cells(settings[0], seeds, FLAGS.sweep_methods, variant=variant,
+                  **sweep.config(x))
   write_tables(settings, seeds)
   write_figures(settings, seeds)
   for name in ('table1', 'table2', 'table3', 'table6'):

@@ -31,5 +31,8 @@ rm -rf "$VENV"
 # which cannot be resolved here (BUILD_NOTES.md).
 "$VENV/bin/python" -m pip install -q --no-deps -r "$LOCK" 2>&1 \
   | grep -v "^WARNING: Location" || true
-"$VENV/bin/python" -c "import tensorflow_federated as tff, tensorflow as tf, sklearn, matplotlib; print('install.sh: TFF', tff.__version__, 'TF', tf.__version__)"
+# Through tff_pfl.core.runtime: it collects TFF's ServiceManager at exit, so
+# the check does not end on TFF's "'NoneType' object has no attribute
+# 'Popen'" teardown noise (BUILD_NOTES.md).
+"$VENV/bin/python" -c "import tff_pfl.core.runtime, tensorflow_federated as tff, tensorflow as tf, sklearn, matplotlib; print('install.sh: TFF', tff.__version__, 'TF', tf.__version__)"
 echo "$want" > "$STAMP"

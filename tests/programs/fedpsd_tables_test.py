@@ -41,6 +41,21 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert 'Missing' not in table7
   for fig in ('fig4_local_epochs.png', 'fig5_participation.png'):
     assert (tmp_path / fig).stat().st_size > 1000
+  # The figures' numbers: the main grid's value (2 epochs, rate 0.5) and
+  # the swept one, client and global readings, from different cells.
+  for name, columns in (('fig4_local_epochs', '| 1 | 2 |'),
+                        ('fig5_participation', '| 0.5 | 1 |')):
+    for suffix in ('', '_global'):
+      text = (tmp_path / f'{name}{suffix}.md').read_text()
+      assert f'| method {columns}' in text and 'Missing' not in text
+      rows = (tmp_path / f'{name}{suffix}.csv').read_text().splitlines()
+      assert [r.split(',')[:2] for r in rows[1:]] == [
+          ['fedavg', c] for c in columns.strip('| ').split(' | ')]
+  epochs = {r.split(',')[1]: float(r.split(',')[2]) for r in
+            (tmp_path / 'fig4_local_epochs.csv').read_text().splitlines()[1:]}
+  e1 = json.loads((tmp_path / 'digits_shards=2_E1' / 'seed0' / 'fedavg'
+                   / 'summary.json').read_text())['final_round']
+  assert epochs['1'] == e1['local_pooled/accuracy_mean']
   cell = tmp_path / 'digits_shards=2' / 'seed0' / 'fedpsd'
   assert (cell / 'summary.json').exists()
   final = json.loads((cell / 'summary.json').read_text())['final_round']
@@ -63,3 +78,5 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert 'personalized acc' not in written.stdout
   missing = (tmp_path / 'table1.md').read_text().split('Missing runs:')[1]
   assert 'fedpsd digits:shards=2 seed=1' in missing
+  missing = (tmp_path / 'fig4_local_epochs.md').read_text()
+  assert 'fedavg digits:shards=2 E1 seed=1' in missing.split('Missing runs:')[1]
