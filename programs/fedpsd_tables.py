@@ -298,6 +298,30 @@ def sweeps() -> dict[str, Sweep]:
   }
 
 
+def check_sweeps(settings: list[str]) -> None:
+  """UsageError for sweep values that no cell could run."""
+  for name, sweep in sweeps().items():
+    if sweep.values and not settings:
+      raise app.UsageError(f'{name} runs at the first of --settings, and '
+                           '--settings is empty.')
+  for value in FLAGS.epoch_sweep:
+    try:
+      epochs = float(value)
+    except ValueError:
+      epochs = float('nan')
+    if not (epochs >= 1 and epochs == int(epochs)):
+      raise app.UsageError(f'--epoch_sweep values must be whole numbers of '
+                           f'local epochs >= 1, got {value!r}.')
+  for value in FLAGS.participation_sweep:
+    try:
+      rate = float(value)
+    except ValueError:
+      rate = float('nan')
+    if not 0 < rate <= 1:
+      raise app.UsageError(f'--participation_sweep values must be rates in '
+                           f'(0, 1], got {value!r}.')
+
+
 def sweep_points(sweep: Sweep) -> list[tuple[float, str]]:
   """(x, cell variant) at each point of a sweep, the main grid's included."""
   xs = sorted(set([sweep.default] + [float(v) for v in sweep.values]))
@@ -318,10 +342,10 @@ def write_sweep_tables(setting, seeds, client_key, server_key) -> None:
                                       points[column])
         return grid.mean_std(found), found, missing
       return cell
-    for suffix, key, what in (('', client_key,
-                               f'average client top-1 ({FLAGS.client_metric})'),
-                              ('_global', server_key, 'global model top-1')):
-      write_table(name + suffix, f'{what} (%) by {sweep.label}, {setting}',
+    for suffix, key, what in (('', client_key, 'average client top-1 (%, '
+                               f'{FLAGS.client_metric})'),
+                              ('_global', server_key, 'global model top-1 (%)')):
+      write_table(name + suffix, f'{what} by {sweep.label}, {setting}',
                   FLAGS.sweep_methods, list(points), cell_fn(key))
 
 
@@ -393,7 +417,8 @@ def write_tables(settings, seeds) -> None:
     write_table('table7', 'Table VII: average client top-1 (%) by '
                 f'architecture, {FLAGS.architecture_setting}',
                 FLAGS.architecture_methods, archs, by_arch)
-  write_sweep_tables(settings[0], seeds, client_key, server_key)
+  if settings:
+    write_sweep_tables(settings[0], seeds, client_key, server_key)
 
 
 # -------------------------------------------------------------- figures
@@ -461,6 +486,7 @@ def main(argv):
   for m in (FLAGS.methods + FLAGS.ablation + FLAGS.architecture_methods
             + FLAGS.sweep_methods):
     grid.parse_method(m)
+  check_sweeps(settings)
   seeds = [int(s) for s in FLAGS.seeds]
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   t0 = time.time()

@@ -80,3 +80,18 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert 'fedpsd digits:shards=2 seed=1' in missing
   missing = (tmp_path / 'fig4_local_epochs.md').read_text()
   assert 'fedavg digits:shards=2 E1 seed=1' in missing.split('Missing runs:')[1]
+
+
+def test_sweep_values_are_checked_and_no_setting_still_writes(tmp_path):
+  for flag, message in (('--epoch_sweep=1,2.5', "got '2.5'"),
+                        ('--participation_sweep=0', "got '0'")):
+    proc = _run(['--settings=digits:shards=2', flag, '--write_only',
+                 f'--output_dir={tmp_path}'])
+    assert proc.returncode != 0
+    assert message in proc.stdout, proc.stdout[-2000:]
+  # Tables with no setting at all (no sweep given): written, saying so.
+  proc = _run(['--settings=', '--ablation_settings=', '--write_only',
+               f'--output_dir={tmp_path}'])
+  assert proc.returncode == 0, proc.stdout[-3000:]
+  assert 'No setting' in (tmp_path / 'table1.md').read_text()
+  assert not (tmp_path / 'fig4_local_epochs.md').exists()
