@@ -309,7 +309,7 @@ def check_sweeps(settings: list[str]) -> None:
       epochs = float(value)
     except ValueError:
       epochs = float('nan')
-    if not (epochs >= 1 and epochs == int(epochs)):
+    if not (epochs >= 1 and epochs.is_integer()):
       raise app.UsageError(f'--epoch_sweep values must be whole numbers of '
                            f'local epochs >= 1, got {value!r}.')
   for value in FLAGS.participation_sweep:
