@@ -269,11 +269,21 @@ def write_table(name, title, rows, columns, cell_fn) -> None:
     f.write('\n'.join(csv) + '\n')
 
 
-def accuracy_cell(seeds, key):
-  def cell(method, setting):
-    values, missing = final_values(setting, seeds, method, key)
+def accuracy_cell(seeds, key, where=None):
+  """Cell function: mean ± std of `key` over seeds. `where(column)` gives
+  the (setting, variant) of a column; by default the column is a setting."""
+  def cell(method, column):
+    setting, variant = where(column) if where else (column, '')
+    values, missing = final_values(setting, seeds, method, key, variant)
     return grid.mean_std(values), values, missing
   return cell
+
+
+def _as_float(value: str) -> float:
+  try:
+    return float(value)
+  except ValueError:
+    return float('nan')
 
 
 class Sweep(NamedTuple):
@@ -305,19 +315,12 @@ def check_sweeps(settings: list[str]) -> None:
       raise app.UsageError(f'{name} runs at the first of --settings, and '
                            '--settings is empty.')
   for value in FLAGS.epoch_sweep:
-    try:
-      epochs = float(value)
-    except ValueError:
-      epochs = float('nan')
+    epochs = _as_float(value)
     if not (epochs >= 1 and epochs.is_integer()):
       raise app.UsageError(f'--epoch_sweep values must be whole numbers of '
                            f'local epochs >= 1, got {value!r}.')
   for value in FLAGS.participation_sweep:
-    try:
-      rate = float(value)
-    except ValueError:
-      rate = float('nan')
-    if not 0 < rate <= 1:
+    if not 0 < _as_float(value) <= 1:
       raise app.UsageError(f'--participation_sweep values must be rates in '
                            f'(0, 1], got {value!r}.')
 
@@ -334,19 +337,14 @@ def write_sweep_tables(setting, seeds, client_key, server_key) -> None:
   for name, sweep in sweeps().items():
     if not sweep.values:
       continue
-    points = {f'{x:g}': variant for x, variant in sweep_points(sweep)}
-
-    def cell_fn(key):
-      def cell(method, column):
-        found, missing = final_values(setting, seeds, method, key,
-                                      points[column])
-        return grid.mean_std(found), found, missing
-      return cell
+    points = {f'{x:g}': (setting, variant)
+              for x, variant in sweep_points(sweep)}
     for suffix, key, what in (('', client_key, 'average client top-1 (%, '
                                f'{FLAGS.client_metric})'),
                               ('_global', server_key, 'global model top-1 (%)')):
       write_table(name + suffix, f'{what} by {sweep.label}, {setting}',
-                  FLAGS.sweep_methods, list(points), cell_fn(key))
+                  FLAGS.sweep_methods, list(points),
+                  accuracy_cell(seeds, key, points.get))
 
 
 def rounds_cell(seeds, key):
@@ -409,14 +407,13 @@ def write_tables(settings, seeds) -> None:
   if FLAGS.architectures:
     archs = [FLAGS.model] + FLAGS.architectures
 
-    def by_arch(method, arch):
-      variant = '' if arch == FLAGS.model else arch
-      values, missing = final_values(FLAGS.architecture_setting, seeds,
-                                     method, client_key, variant)
-      return grid.mean_std(values), values, missing
+    def by_arch(arch):
+      return (FLAGS.architecture_setting,
+              '' if arch == FLAGS.model else arch)
     write_table('table7', 'Table VII: average client top-1 (%) by '
                 f'architecture, {FLAGS.architecture_setting}',
-                FLAGS.architecture_methods, archs, by_arch)
+                FLAGS.architecture_methods, archs,
+                accuracy_cell(seeds, client_key, by_arch))
   if settings:
     write_sweep_tables(settings[0], seeds, client_key, server_key)
 
