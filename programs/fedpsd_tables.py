@@ -80,6 +80,18 @@ METHODS = ['fedavg', 'fedprox', 'fedcurv', 'fednova', 'scaffold', 'moon',
            'fedntd', 'fedlmd', 'fedpsd']
 ABLATION = ['fedpsd:rhpk=true;psd=false;cll=false',
             'fedpsd:rhpk=true;psd=true;cll=false']
+# The baselines' hyperparameters in this grid. The paper gives none; its
+# setting (Sec. V-C, also sharding S=2, the SimpleCNN and the x0.99
+# schedule) is the one of FedNTD's released configs (Lee-Gihun/FedNTD,
+# config/<method>.json), which FedLMD's code shares, so every baseline runs
+# with those configs' values. The library defaults already equal them for
+# FedNTD (tau 1, beta 1), FedLMD, FedCurv (lambda 1, 500 Fisher samples)
+# and SCAFFOLD; FedProx and MOON default to their own papers' code
+# (mu 0.01; mu 1) and take FedNTD's here: fedprox.json mu = 1.0,
+# moon.json mu = 0.1, tau (our `temperature`) = 0.5. A method spec's own
+# parameters win (`--methods=fedprox:mu=0.01`).
+BASELINE_PARAMS = {'fedprox': {'mu': 1.0},
+                   'moon': {'mu': 0.1, 'temperature': 0.5}}
 
 flags.DEFINE_string('data_dir', None, 'Folder with the data files.')
 flags.DEFINE_list('settings', ['mnist:shards=2', 'mnist:dirichlet=0.1',
@@ -196,7 +208,7 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
   for seed in seeds:
     todo = [m for m in methods
             if grid.needs_run(cell_dir(setting, seed, m, variant),
-                              FLAGS.rounds, LOCAL_KEYS)]
+                              FLAGS.rounds, LOCAL_KEYS, algorithm_params(m))]
     if not todo:
       continue
     config = make_config(setting, seed, **config_kwargs)
@@ -205,7 +217,19 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
       out = cell_dir(setting, seed, method, variant)
       grid.run_cell(config, data, method, out,
                     checkpoint_every=max(1, FLAGS.eval_every),
+                    default_params=defaults(method),
                     store_dir=os.path.join(out, 'client_states'))
+
+
+def defaults(method: str) -> dict[str, Any]:
+  """This grid's default hyperparameters of `method` (BASELINE_PARAMS)."""
+  return BASELINE_PARAMS.get(grid.parse_method(method)[0], {})
+
+
+def algorithm_params(method: str) -> dict[str, dict[str, Any]]:
+  """`{name: hyperparameters}` of a cell of `method`, as its config holds."""
+  name, params = grid.method_params(method, defaults(method))
+  return {name: params}
 
 
 # --------------------------------------------------------------- tables

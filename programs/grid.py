@@ -54,6 +54,15 @@ def parse_method(text: str) -> tuple[str, dict[str, Any]]:
   return name, out
 
 
+def method_params(method: str,
+                  default_params: Optional[dict[str, Any]] = None
+                  ) -> tuple[str, dict[str, Any]]:
+  """The algorithm name and the hyperparameters a cell of `method` runs
+  with: `default_params` overridden by those in the spec."""
+  name, params = parse_method(method)
+  return name, dict(default_params or {}, **params)
+
+
 def load_summary(out: str) -> Optional[dict[str, Any]]:
   """The cell's summary.json, or None when the cell has not finished."""
   path = os.path.join(out, 'summary.json')
@@ -64,7 +73,8 @@ def load_summary(out: str) -> Optional[dict[str, Any]]:
 
 
 def needs_run(out: str, rounds: int,
-              required_keys: tuple[str, ...] = ()) -> bool:
+              required_keys: tuple[str, ...] = (),
+              algorithm_params: Optional[dict[str, Any]] = None) -> bool:
   """Whether the cell in `out` must (re)run to give `rounds` rounds.
 
   A cell is done when its summary's final round is `rounds` and its final
@@ -76,11 +86,21 @@ def needs_run(out: str, rounds: int,
   of them when it has only one checkpoint).
 
   Raises:
-    ValueError: the cell ran more rounds than `rounds`.
+    ValueError: the cell ran more rounds than `rounds`, or (when
+      `algorithm_params` is given, `{name: hyperparameters}` as in the
+      cell's config) it ran with other hyperparameters, which would put a
+      run of another method variant in the table under this one's name.
   """
   summary = load_summary(out)
   if summary is None:
     return True
+  ran = (summary.get('config') or {}).get('algorithm_params')
+  if algorithm_params is not None and ran is not None:
+    want = json.loads(json.dumps(algorithm_params))
+    if ran != want:
+      raise ValueError(
+          f'{out} ran with algorithm_params {ran}, not the {want} asked '
+          'for; use another output folder or remove the cell.')
   final = summary.get('final_round') or {}
   done = final.get('round')
   if done is not None and done > rounds:
@@ -119,8 +139,7 @@ def run_cell(config: experiment.ExperimentConfig,
     after: optional `(result, out) -> None` run after the outputs are
       written (e.g. to dump per-client state for a figure).
   """
-  name, params = parse_method(method)
-  params = dict(default_params or {}, **params)
+  name, params = method_params(method, default_params)
   cfg = copy.deepcopy(config)
   cfg.algorithm_params = {name: params}
   t0 = time.time()

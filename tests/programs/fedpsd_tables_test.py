@@ -1,6 +1,9 @@
 """End-to-end test of the FedPSD grid program on the embedded digits."""
 
 import json
+import os
+import subprocess
+import sys
 
 from tests.programs import conftest
 
@@ -95,3 +98,36 @@ def test_sweep_values_are_checked_and_no_setting_still_writes(tmp_path):
   assert proc.returncode == 0, proc.stdout[-3000:]
   assert 'No setting' in (tmp_path / 'table1.md').read_text()
   assert not (tmp_path / 'fig4_local_epochs.md').exists()
+
+
+def test_baselines_take_fedntd_config_values_and_old_cells_are_refused(
+    tmp_path):
+  # Every BASELINE_PARAMS entry is a real keyword of its builder (a typo
+  # would only fail hours into a grid).
+  check = ('import inspect; from programs import fedpsd_tables as t; '
+           'from tff_pfl.algorithms import registry as r; '
+           'bad = {m: sorted(set(p) - set(inspect.signature('
+           'r.ALGORITHMS[m].build).parameters)) '
+           'for m, p in t.BASELINE_PARAMS.items()}; '
+           'print("unknown", bad); '
+           'assert t.algorithm_params("fedprox") == {"fedprox": {"mu": 1.0}}; '
+           'assert t.algorithm_params("moon:mu=5") == '
+           '{"moon": {"mu": 5, "temperature": 0.5}}')
+  proc = subprocess.run(
+      [sys.executable, '-c', check], cwd=conftest.ROOT, capture_output=True,
+      text=True, timeout=300,
+      env=dict(os.environ, PYTHONPATH=str(conftest.ROOT)))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "unknown {'fedprox': [], 'moon': []}" in proc.stdout
+  # A finished FedProx cell run with the library default mu = 0.01 is not
+  # taken for this grid's mu = 1.0 one.
+  cell = tmp_path / 'digits_shards=2' / 'seed0' / 'fedprox'
+  cell.mkdir(parents=True)
+  (cell / 'summary.json').write_text(json.dumps({
+      'config': {'algorithm_params': {'fedprox': {}}},
+      'final_round': {'round': 2}}))
+  proc = _run(['--settings=digits:shards=2', '--seeds=0', '--methods=fedprox',
+               '--ablation_settings=', '--rounds=2', f'--output_dir={tmp_path}'])
+  assert proc.returncode != 0
+  assert ("ran with algorithm_params {'fedprox': {}}, not the "
+          "{'fedprox': {'mu': 1.0}} asked for") in proc.stdout, proc.stdout[-2000:]

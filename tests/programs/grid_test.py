@@ -42,6 +42,29 @@ def test_needs_run_reopens_cells_missing_a_metric(tmp_path):
   assert list((only / 'checkpoints').iterdir()) == []
 
 
+def test_needs_run_refuses_a_cell_run_with_other_hyperparameters(tmp_path):
+  cell = tmp_path / 'fedprox'
+  cell.mkdir()
+  (cell / 'summary.json').write_text(json.dumps({
+      'config': {'algorithm_params': {'fedprox': {'mu': 0.01}}},
+      'final_round': {'round': 10}}))
+  assert not grid.needs_run(str(cell), 10,
+                            algorithm_params={'fedprox': {'mu': 0.01}})
+  with pytest.raises(ValueError, match=r"ran with algorithm_params "
+                     r"\{'fedprox': \{'mu': 0.01\}\}, not the "
+                     r"\{'fedprox': \{'mu': 1.0\}\}"):
+    grid.needs_run(str(cell), 10, algorithm_params={'fedprox': {'mu': 1.0}})
+  assert (cell / 'summary.json').exists()      # nothing was touched
+  # Without algorithm_params (or a summary without a config) no check.
+  assert not grid.needs_run(str(cell), 10)
+
+
+def test_method_params_spec_overrides_defaults():
+  assert grid.method_params('moon', {'mu': 0.1}) == ('moon', {'mu': 0.1})
+  assert grid.method_params('moon:mu=5;temperature=1', {'mu': 0.1}) == (
+      'moon', {'mu': 5, 'temperature': 1})
+
+
 def test_mean_std_marks_a_single_seed():
   assert grid.mean_std([]) == '-'
   assert grid.mean_std([0.5]) == '50.00 (1 seed)'
