@@ -38,6 +38,7 @@ import json
 import os
 import sys
 import time
+from typing import Any, Optional
 
 from absl import app
 from absl import flags
@@ -155,13 +156,24 @@ def _features_dumper(data):
   return dump
 
 
+def defaults(method: str, seed: int) -> Optional[dict[str, Any]]:
+  """This grid's default hyperparameters of `method`."""
+  if parse_method(method)[0] == 'afedcl':
+    return {'lambda_': FLAGS.afedcl_lambda, 'seed': seed}
+  return None
+
+
+def needs_run(out: str, method: str, seed: int) -> bool:
+  """`grid.needs_run`, refusing a cell run with other hyperparameters."""
+  name, params = grid.method_params(method, defaults(method, seed))
+  return grid.needs_run(out, FLAGS.rounds, algorithm_params={name: params})
+
+
 def run_cell(config, data, method: str, out: str,
              features: bool = False) -> None:
   name, _ = parse_method(method)
-  defaults = None
   hooks = []
   if name == 'afedcl':
-    defaults = {'lambda_': FLAGS.afedcl_lambda, 'seed': config.seed}
     hooks.append(_dump_afedcl_clients)
   if features:
     hooks.append(_features_dumper(data))
@@ -172,7 +184,7 @@ def run_cell(config, data, method: str, out: str,
 
   grid.run_cell(config, data, method, out,
                 checkpoint_every=max(1, FLAGS.eval_every),
-                default_params=defaults, after=after)
+                default_params=defaults(method, config.seed), after=after)
 
 
 def write_table(methods, partitions, shots, seeds) -> list[str]:
@@ -334,8 +346,8 @@ def make_config(partition: str, shots: int, seed: int, *, model=None,
 def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
   """Fig. 9 cells: --sweep_methods at one (partition, shots) variant."""
   for seed in seeds:
-    todo = [m for m in FLAGS.sweep_methods if grid.needs_run(
-        cell_dir(partition, shots, seed, m, variant), FLAGS.rounds)]
+    todo = [m for m in FLAGS.sweep_methods if needs_run(
+        cell_dir(partition, shots, seed, m, variant), m, seed)]
     if not todo:
       continue
     config = make_config(partition, shots, seed, **config_kwargs)
@@ -363,7 +375,7 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
             FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
           out = cell_dir(partition, k, seed, method)
           features = tsne and method in FLAGS.tsne_methods
-          if grid.needs_run(out, FLAGS.rounds) or (
+          if needs_run(out, method, seed) or (
               features and not os.path.exists(
                   os.path.join(out, 'features.npz'))):
             run_cell(config, data, method, out, features=features)

@@ -96,7 +96,7 @@ def needs_run(out: str, rounds: int,
     return True
   ran = (summary.get('config') or {}).get('algorithm_params')
   if algorithm_params is not None and ran is not None:
-    want = json.loads(json.dumps(algorithm_params))
+    want = json.loads(json.dumps(algorithm_params, default=str))
     if ran != want:
       raise ValueError(
           f'{out} ran with algorithm_params {ran}, not the {want} asked '

@@ -49,6 +49,12 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   again = _run(args)
   assert again.returncode == 0, again.stdout[-3000:]
   assert 'personalized acc' not in again.stdout
+  # ... but not when AFedCL's lambda changed: the finished cell is not
+  # taken for a run at the new lambda.
+  other = _run(args + ['--afedcl_lambda=0.7'])
+  assert other.returncode != 0
+  assert "not the {'afedcl': {'lambda_': 0.7, 'seed': 0}}" in other.stdout, (
+      other.stdout[-3000:])
   # --write_only with a seed that never ran: nothing trains, the table
   # lists the missing cells.
   more = [a if not a.startswith('--seeds') else '--seeds=0,1,2'
