@@ -33,7 +33,9 @@ flipped) and writes, under --output_dir:
 
 Settings are `<dataset>:shards=<S>` or `<dataset>:dirichlet=<alpha>`.
 Methods are names from `programs.run --list`, optionally with parameters
-(`fedpsd:psd=false`). Each cell is a resumable run in
+(`fedpsd:psd=false`); without them a baseline runs with the values of
+FedNTD's released configs (`BASELINE_PARAMS`: FedProx mu 1.0, MOON mu 0.1),
+and a finished cell run with other values is refused, not reused. Each cell is a resumable run in
 `DIR/<setting>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
 summary.json reports --rounds rounds and the Eq. 10 metrics) is skipped, an
 unfinished one resumes from its newest checkpoint, and one finished before
