@@ -165,8 +165,9 @@ def defaults(method: str, seed: int) -> Optional[dict[str, Any]]:
 
 def needs_run(out: str, method: str, seed: int) -> bool:
   """`grid.needs_run`, refusing a cell run with other hyperparameters."""
-  name, params = grid.method_params(method, defaults(method, seed))
-  return grid.needs_run(out, FLAGS.rounds, algorithm_params={name: params})
+  return grid.needs_run(
+      out, FLAGS.rounds,
+      algorithm_params=grid.algorithm_params(method, defaults(method, seed)))
 
 
 def run_cell(config, data, method: str, out: str,

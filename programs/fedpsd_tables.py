@@ -210,7 +210,8 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
   for seed in seeds:
     todo = [m for m in methods
             if grid.needs_run(cell_dir(setting, seed, m, variant),
-                              FLAGS.rounds, LOCAL_KEYS, algorithm_params(m))]
+                              FLAGS.rounds, LOCAL_KEYS,
+                              grid.algorithm_params(m, defaults(m)))]
     if not todo:
       continue
     config = make_config(setting, seed, **config_kwargs)
@@ -226,12 +227,6 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
 def defaults(method: str) -> dict[str, Any]:
   """This grid's default hyperparameters of `method` (BASELINE_PARAMS)."""
   return BASELINE_PARAMS.get(grid.parse_method(method)[0], {})
-
-
-def algorithm_params(method: str) -> dict[str, dict[str, Any]]:
-  """`{name: hyperparameters}` of a cell of `method`, as its config holds."""
-  name, params = grid.method_params(method, defaults(method))
-  return {name: params}
 
 
 # --------------------------------------------------------------- tables

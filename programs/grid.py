@@ -63,6 +63,14 @@ def method_params(method: str,
   return name, dict(default_params or {}, **params)
 
 
+def algorithm_params(method: str,
+                     default_params: Optional[dict[str, Any]] = None
+                     ) -> dict[str, dict[str, Any]]:
+  """`{name: hyperparameters}` of a cell of `method`, as its config's
+  `algorithm_params` holds them (what `needs_run` compares)."""
+  return dict([method_params(method, default_params)])
+
+
 def load_summary(out: str) -> Optional[dict[str, Any]]:
   """The cell's summary.json, or None when the cell has not finished."""
   path = os.path.join(out, 'summary.json')

@@ -105,13 +105,15 @@ def test_baselines_take_fedntd_config_values_and_old_cells_are_refused(
   # Every BASELINE_PARAMS entry is a real keyword of its builder (a typo
   # would only fail hours into a grid).
   check = ('import inspect; from programs import fedpsd_tables as t; '
+           'from programs import grid; '
            'from tff_pfl.algorithms import registry as r; '
            'bad = {m: sorted(set(p) - set(inspect.signature('
            'r.ALGORITHMS[m].build).parameters)) '
            'for m, p in t.BASELINE_PARAMS.items()}; '
            'print("unknown", bad); '
-           'assert t.algorithm_params("fedprox") == {"fedprox": {"mu": 1.0}}; '
-           'assert t.algorithm_params("moon:mu=5") == '
+           'params = lambda m: grid.algorithm_params(m, t.defaults(m)); '
+           'assert params("fedprox") == {"fedprox": {"mu": 1.0}}; '
+           'assert params("moon:mu=5") == '
            '{"moon": {"mu": 5, "temperature": 0.5}}')
   proc = subprocess.run(
       [sys.executable, '-c', check], cwd=conftest.ROOT, capture_output=True,

@@ -61,6 +61,9 @@ def test_needs_run_refuses_a_cell_run_with_other_hyperparameters(tmp_path):
 
 def test_method_params_spec_overrides_defaults():
   assert grid.method_params('moon', {'mu': 0.1}) == ('moon', {'mu': 0.1})
+  assert grid.algorithm_params('moon:mu=5', {'mu': 0.1, 'temperature': 0.5}
+                               ) == {'moon': {'mu': 5, 'temperature': 0.5}}
+  assert grid.algorithm_params('fedavg') == {'fedavg': {}}
   assert grid.method_params('moon:mu=5;temperature=1', {'mu': 0.1}) == (
       'moon', {'mu': 5, 'temperature': 1})
 
