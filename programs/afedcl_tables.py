@@ -15,8 +15,8 @@ k training samples per client) and writes, under --output_dir:
                            AFedCL's are the fused features of Eq. 9)
   fig8_lambda.png          accuracy of AFedCL and Ditto over --lambdas (mean
                            +/- std over seeds)
-  fig9a_backbones.png      --sweep_methods per encoder (--model, --backbones)
-  fig9b_clients.png        --sweep_methods for --client_counts clients
+  fig9a_backbones.png/.md  --sweep_methods per encoder (--model, --backbones)
+  fig9b_clients.png/.md    --sweep_methods for --client_counts clients
                            sharing --total_samples training samples
   fig10_ablation.png       AFedCL without DCC / CAA / AFF vs full
 
@@ -466,27 +466,37 @@ def write_fig7(partition, shots, seed) -> None:
 
 
 def write_fig9(partition, shots, seeds, counts) -> None:
-  """(a) accuracy per backbone, (b) per number of clients; mean ± std
-  over the finished seeds (error bars)."""
+  """(a) accuracy per backbone, (b) per number of clients: PNG (mean ± std
+  over the finished seeds as error bars) and the same values as Markdown
+  (fig9a_backbones.md, fig9b_clients.md)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  def accuracy(part, k, method, variant):
-    accs = final_accuracies(part, k, seeds, method, variant)
-    return (np.mean(accs), np.std(accs)) if accs else None
+  def write_md(name, columns, accs) -> None:
+    md = ['| method | ' + ' | '.join(columns) + ' |',
+          '|' + '---|' * (len(columns) + 1)]
+    for method in FLAGS.sweep_methods:
+      md.append(f'| {method} | ' + ' | '.join(
+          grid.mean_std([a / 100 for a in accs[method, c]])
+          for c in columns) + ' |')
+    with open(os.path.join(FLAGS.output_dir, name), 'w') as f:
+      f.write('\n'.join(md) + f'\n\nSeeds asked for: {seeds}; a cell '
+              'shows the finished ones (n = 1: "1 seed").\n')
 
   if FLAGS.backbones:
     backbones = list(dict.fromkeys([FLAGS.model] + FLAGS.backbones))
+    accs = {(m, b): final_accuracies(partition, shots, seeds, m,
+                                     '' if b == FLAGS.model else b)
+            for m in FLAGS.sweep_methods for b in backbones}
+    write_md('fig9a_backbones.md', backbones, accs)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     width = 0.8 / len(FLAGS.sweep_methods)
     for i, method in enumerate(FLAGS.sweep_methods):
-      values = [accuracy(partition, shots, method,
-                         '' if b == FLAGS.model else b) for b in backbones]
-      found = [(j + i * width, v) for j, v in enumerate(values)
-               if v is not None]
-      ax.bar([x for x, _ in found], [v[0] for _, v in found], width,
-             yerr=[v[1] for _, v in found], capsize=2, label=method)
+      found = [(j + i * width, accs[method, b])
+               for j, b in enumerate(backbones) if accs[method, b]]
+      ax.bar([x for x, _ in found], [np.mean(v) for _, v in found], width,
+             yerr=[np.std(v) for _, v in found], capsize=2, label=method)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(backbones))])
     ax.set_xticklabels(backbones)
     ax.set_ylabel('mean personalized accuracy (%)')
@@ -495,17 +505,18 @@ def write_fig9(partition, shots, seeds, counts) -> None:
     fig.savefig(os.path.join(FLAGS.output_dir, 'fig9a_backbones.png'))
     plt.close(fig)
   if counts:
+    accs = {(m, str(c)): final_accuracies(
+        partition, FLAGS.total_samples // c, seeds, m, f'K{c}')
+            for m in FLAGS.sweep_methods for c in counts}
+    write_md('fig9b_clients.md', [str(c) for c in counts], accs)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for method in FLAGS.sweep_methods:
-      xs, ys, errs = [], [], []
-      for c in counts:
-        v = accuracy(partition, FLAGS.total_samples // c, method, f'K{c}')
-        if v is not None:
-          xs.append(c)
-          ys.append(v[0])
-          errs.append(v[1])
-      if xs:
-        ax.errorbar(xs, ys, yerr=errs, fmt='o-', capsize=3, label=method)
+      found = [(c, accs[method, str(c)]) for c in counts
+               if accs[method, str(c)]]
+      if found:
+        ax.errorbar([c for c, _ in found], [np.mean(v) for _, v in found],
+                    yerr=[np.std(v) for _, v in found], fmt='o-', capsize=3,
+                    label=method)
     ax.set_xlabel(f'clients (sharing {FLAGS.total_samples} training samples)')
     ax.set_ylabel('mean personalized accuracy (%)')
     ax.legend(fontsize=7)

@@ -1,5 +1,7 @@
 """End-to-end test of the AFedCL grid program on the embedded digits."""
 
+import json
+
 from programs import grid
 from tests.programs import conftest
 
@@ -70,3 +72,31 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   assert single.returncode == 0, single.stdout[-3000:]
   table = (tmp_path / 'table2.md').read_text()
   assert table.count('1 seed') == 2 and '±' not in table
+
+
+def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
+  # Finished cells planted as summaries; --write_only trains nothing.
+  accs = {('disjoint_3_k10', 0): 0.50, ('disjoint_3_k10', 1): 0.70,
+          ('disjoint_3_k10_resnet10', 0): 0.40,
+          ('disjoint_3_k10_K2', 0): 0.30, ('disjoint_3_k10_K2', 1): 0.20}
+  for (folder, seed), acc in accs.items():
+    cell = tmp_path / folder / f'seed{seed}' / 'fedavg'
+    cell.mkdir(parents=True)
+    (cell / 'summary.json').write_text(json.dumps({'final_round': {
+        'round': 1, 'personal/accuracy_mean': acc,
+        'personal/macro_f1_mean': acc}}))
+  proc = _run(['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
+               '--seeds=0,1', '--methods=fedavg', '--sweep_methods=fedavg',
+               '--model=mlp', '--backbones=resnet10', '--client_counts=2',
+               '--total_samples=20', '--rounds=1', '--write_only',
+               f'--output_dir={tmp_path}'], timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:]
+  assert 'personalized acc' not in proc.stdout
+  fig9a = (tmp_path / 'fig9a_backbones.md').read_text().splitlines()
+  assert fig9a[:3] == ['| method | mlp | resnet10 |', '|---|---|---|',
+                       '| fedavg | 60.00 ± 10.00 | 40.00 (1 seed) |']
+  fig9b = (tmp_path / 'fig9b_clients.md').read_text().splitlines()
+  assert fig9b[:3] == ['| method | 2 |', '|---|---|',
+                       '| fedavg | 25.00 ± 5.00 |']
+  for fig in ('fig9a_backbones.png', 'fig9b_clients.png'):
+    assert (tmp_path / fig).stat().st_size > 1000
