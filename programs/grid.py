@@ -68,7 +68,8 @@ def algorithm_params(method: str,
                      ) -> dict[str, dict[str, Any]]:
   """`{name: hyperparameters}` of a cell of `method`, as its config's
   `algorithm_params` holds them (what `needs_run` compares)."""
-  return dict([method_params(method, default_params)])
+  name, params = method_params(method, default_params)
+  return {name: params}
 
 
 def load_summary(out: str) -> Optional[dict[str, Any]]:
