@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from keras_models import _validation
+from keras_models import batch_norm
 
 # `tf.keras.applications` rejects inputs smaller than 32x32.
 MIN_INPUT_SIZE = 32
@@ -22,6 +23,7 @@ def build_mobilenet_v2(
     *,
     alpha: float = 1.0,
     weights: _validation.WeightsArg = None,
+    bn_momentum: float = batch_norm.DEFAULT_MOMENTUM,
 ) -> tf.keras.Model:
   """Builds a MobileNetV2 encoder with global average pooling.
 
@@ -37,14 +39,17 @@ def build_mobilenet_v2(
     weights: `None` for random initialization, or the path of a local weights
       file for `tf.keras.applications.MobileNetV2(include_top=False)` with
       the same `alpha` (e.g. saved with `save_weights('....h5')`).
+    bn_momentum: Momentum of the batch-normalization moving statistics; 0.9
+      instead of Keras' 0.999, see `keras_models.batch_norm`.
 
   Returns:
     A functional `tf.keras.Model` named 'encoder'.
 
   Raises:
     ValueError: If `input_shape` is not `(height, width, channels)` with sides
-      of at least 32, `alpha` is not positive, or `weights` is neither `None`
-      nor an existing local file (e.g. 'imagenet', which needs a download).
+      of at least 32, `alpha` is not positive, `bn_momentum` is not in
+      [0, 1), or `weights` is neither `None` nor an existing local file (e.g.
+      'imagenet', which needs a download).
   """
   name = 'mobilenet_v2'
   shape = _validation.check_input_shape(name, input_shape, rank=3)
@@ -59,6 +64,7 @@ def build_mobilenet_v2(
       include_top=False,
       weights=weights,
   )
+  batch_norm.set_momentum(name, base, bn_momentum)
   outputs = tf.keras.layers.GlobalAveragePooling2D(name='avg_pool')(
       base.output
   )

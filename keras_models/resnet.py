@@ -27,12 +27,13 @@ from typing import Optional
 import tensorflow as tf
 
 from keras_models import _validation
+from keras_models import batch_norm as batch_norm_lib
 
 # Input sides up to this value default to the CIFAR-style stem.
 SMALL_INPUT_MAX_SIDE = 64
 
 _BASE_WIDTHS = (64, 128, 256, 512)
-_BN_MOMENTUM = 0.9
+_BN_MOMENTUM = batch_norm_lib.DEFAULT_MOMENTUM
 _BN_EPSILON = 1e-5
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from keras_models import _validation
+from keras_models import batch_norm
 
 # `tf.keras.applications` rejects inputs smaller than 32x32.
 MIN_INPUT_SIZE = 32
@@ -20,6 +21,7 @@ def build_resnet50(
     input_shape: Sequence[int],
     *,
     weights: _validation.WeightsArg = None,
+    bn_momentum: float = batch_norm.DEFAULT_MOMENTUM,
 ) -> tf.keras.Model:
   """Builds a ResNet-50 encoder with global average pooling.
 
@@ -30,14 +32,17 @@ def build_resnet50(
       must be at least 32.
     weights: `None` for random initialization, or the path of a local weights
       file for `tf.keras.applications.ResNet50(include_top=False)`.
+    bn_momentum: Momentum of the batch-normalization moving statistics; 0.9
+      instead of Keras' 0.99, see `keras_models.batch_norm`.
 
   Returns:
     A functional `tf.keras.Model` named 'encoder' with output `[batch, 2048]`.
 
   Raises:
     ValueError: If `input_shape` is not `(height, width, channels)` with sides
-      of at least 32, or `weights` is neither `None` nor an existing local
-      file (e.g. 'imagenet', which needs a download).
+      of at least 32, `bn_momentum` is not in [0, 1), or `weights` is neither
+      `None` nor an existing local file (e.g. 'imagenet', which needs a
+      download).
   """
   name = 'resnet50'
   shape = _validation.check_input_shape(name, input_shape, rank=3)
@@ -51,4 +56,5 @@ def build_resnet50(
       weights=weights,
       pooling='avg',
   )
+  batch_norm.set_momentum(name, base, bn_momentum)
   return tf.keras.Model(base.input, base.output, name='encoder')

@@ -15,6 +15,7 @@ from typing import Optional, Union
 import tensorflow as tf
 
 from keras_models import _validation
+from keras_models import batch_norm as batch_norm_lib
 
 VGG11_CONFIG: tuple[Union[int, str], ...] = (
     64, 'M', 128, 'M', 256, 256, 'M', 512, 512, 'M', 512, 512, 'M'
@@ -31,12 +32,15 @@ def build_vgg11(
     *,
     batch_norm: bool = False,
     hidden: Optional[int] = None,
+    bn_momentum: float = batch_norm_lib.DEFAULT_MOMENTUM,
 ) -> tf.keras.Model:
   """Builds a VGG-11 encoder.
 
   Args:
     input_shape: `(height, width, channels)` of one example, at least 32x32.
     batch_norm: Whether to add batch normalization after each convolution.
+    bn_momentum: Momentum of its moving statistics; 0.9 (PyTorch's 0.1)
+      instead of Keras' 0.99, see `keras_models.batch_norm`.
     hidden: Units of an optional ReLU dense layer after the pooled features;
       `None` (default) adds none.
 
@@ -57,6 +61,7 @@ def build_vgg11(
     raise ValueError(f'{name}: batch_norm must be a bool, got {batch_norm!r}.')
   if hidden is not None:
     hidden = _validation.check_positive_int(name, 'hidden', hidden)
+  bn_momentum = _validation.check_rate(name, 'bn_momentum', bn_momentum)
 
   inputs = tf.keras.Input(shape=shape, name='image')
   x = inputs
@@ -71,7 +76,9 @@ def build_vgg11(
         value, 3, padding='same', name=f'conv{conv_index}'
     )(x)
     if batch_norm:
-      x = tf.keras.layers.BatchNormalization(name=f'bn{conv_index}')(x)
+      x = tf.keras.layers.BatchNormalization(
+          momentum=bn_momentum, name=f'bn{conv_index}'
+      )(x)
     x = tf.keras.layers.ReLU(name=f'relu{conv_index}')(x)
   if x.shape[1] == 1 and x.shape[2] == 1:
     x = tf.keras.layers.Flatten(name='flatten')(x)
