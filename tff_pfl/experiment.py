@@ -297,6 +297,7 @@ def run_algorithm(config: ExperimentConfig, data: PreparedData,
                   progress=progress, release_managers=managers,
                   checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                   fingerprint=fingerprint(config, algorithm),
+                  architecture=data.spec.architecture(),
                   local_eval=config.local_eval,
                   pooled_test=(data.pooled_test_fn() if config.local_eval
                                else None))
@@ -333,6 +334,7 @@ def write_outputs(output_dir: str, config: ExperimentConfig, algorithm: str,
       best_round_on_test=result.best_test,
       seconds_per_round=result.seconds_per_round,
       first_round_seconds=result.first_round_seconds,
+      model_architecture=result.architecture,
       partition_summary=partition.summary())
   _atomic_write(os.path.join(output_dir, 'summary.json'),
                 json.dumps(summary, indent=2))

@@ -29,15 +29,19 @@ def test_two_algorithms_write_outputs_and_return_through_a_pipe(tmp_path):
                f'--output_dir={out}'])
   assert proc.returncode == 0, proc.stdout[-3000:]
   assert '| fedavg |' in proc.stdout and '| nofl |' in proc.stdout
+  architectures = set()
   for algo in ('fedavg', 'nofl'):
     summary = json.loads((out / algo / 'summary.json').read_text())
     assert summary['algorithm'] == algo
     assert summary['config']['num_clients'] == 3
     assert 0.0 <= summary['final_round']['personal/accuracy_mean'] <= 1.0
+    assert len(summary['model_architecture']) == 16   # the same MLP
+    architectures.add(summary['model_architecture'])
     rounds = pd.read_csv(out / algo / 'rounds.csv')
     assert list(rounds['round']) == [1, 2]
     clients = pd.read_csv(out / algo / 'clients.csv')
     assert len(clients) == 2 * 3          # every client, every evaluation
+  assert len(architectures) == 1
   assert (out / 'partition.json').exists()
   assert (out / 'comparison.md').exists()
 

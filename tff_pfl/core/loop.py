@@ -39,6 +39,7 @@ import math
 import time
 from typing import Any, Optional
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -79,6 +80,8 @@ class RunResult:
     server_state: the final server state.
     store: the client-state store, holding every client's final state.
     process: the process that ran (e.g. for `personal_features`).
+    architecture: `ModelSpec.architecture()` of the model that ran ('' when
+      not given).
   """
   rounds: list[dict[str, Any]]
   clients: list[dict[str, Any]]
@@ -90,6 +93,7 @@ class RunResult:
   server_state: Any
   store: Any = None
   process: Any = None
+  architecture: str = ''
 
 
 async def _release(managers: Sequence[Any], row: dict[str, Any],
@@ -181,6 +185,7 @@ def run(
     checkpoints: Optional[checkpoint_lib.CheckpointManager] = None,
     checkpoint_every: int = 1,
     fingerprint: str = '',
+    architecture: str = '',
     local_eval: bool = False,
     pooled_test: Optional[tf.data.Dataset] = None,
 ) -> RunResult:
@@ -203,6 +208,11 @@ def run(
     checkpoint_every: checkpoint every this many rounds (and after the last).
     fingerprint: identifies the run's configuration; resuming from a
       checkpoint written with another fingerprint is an error.
+    architecture: `ModelSpec.architecture()` of the process's model;
+      resuming from a checkpoint written with another one is an error (the
+      configuration can be equal while the code builds another model, e.g.
+      a changed default). A checkpoint that recorded none ('' or written
+      before this check existed) resumes with a warning.
     local_eval: on evaluation rounds, also evaluate the sampled clients'
       models after local training (see `evaluate_local_models`); needs a
       method whose client work reports `ClientOutput.local_model`.
@@ -235,6 +245,18 @@ def run(
         raise ValueError(
             'the checkpoint was written by a run with a different '
             f'configuration ({ls.get("fingerprint")!r} vs {fingerprint!r}); '
+            'use another directory or start afresh (--noresume).')
+      written_with = ls.get('architecture') or ''
+      if not written_with:
+        logging.warning(
+            'the checkpoint at round %d records no model architecture; '
+            'resuming without checking that the model is built as it was.',
+            restored.round_num)
+      elif architecture and written_with != architecture:
+        raise ValueError(
+            'the checkpoint was written with a model built differently '
+            f'(layer settings or weight shapes; architecture {written_with!r} '
+            f'vs {architecture!r}), e.g. by an older version of the code; '
             'use another directory or start afresh (--noresume).')
       server_state = restored.server_state
       history, client_rows, times = ls['history'], ls['clients'], ls['times']
@@ -303,7 +325,7 @@ def run(
           history=history, clients=client_rows, times=times,
           best_val=best_val, best_test=best_test, final=final,
           best_val_score=best_val_score, best_test_score=best_test_score,
-          fingerprint=fingerprint))
+          fingerprint=fingerprint, architecture=architecture))
     if progress is not None:
       progress(r, row)
   event_loop.close()
@@ -315,4 +337,5 @@ def run(
                    best_val=best_val, best_test=best_test or final,
                    seconds_per_round=float(np.mean(later)),
                    first_round_seconds=times[0],
-                   server_state=server_state, store=store, process=process)
+                   server_state=server_state, store=store, process=process,
+                   architecture=architecture)

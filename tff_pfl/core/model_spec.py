@@ -12,6 +12,9 @@ seeds replay every invocation, graph-level seeds are not allowed).
 import collections
 from collections.abc import Callable
 import dataclasses
+import hashlib
+import json
+import re
 from typing import Any
 
 import numpy as np
@@ -116,6 +119,25 @@ class ModelSpec:
       return (int(encoder.output_shape[-1]), len(encoder.trainable_weights),
               len(encoder.non_trainable_weights))
 
+  def architecture(self) -> str:
+    """A short hash of what the built model computes, weights aside.
+
+    It covers every layer's class and settings (recursively through nested
+    models, layer names excluded: Keras numbers them per session) and every
+    weight's shape and dtype, so it changes with settings that change no
+    shape, such as a batch-norm momentum or a dropout rate. Checkpoints
+    record it (`loop.run`): a run cannot resume under a model that the code
+    now builds differently.
+    """
+    with tf.Graph().as_default():
+      model = self.keras_model_fn()
+      text = json.dumps(
+          [_layer_settings(model),
+           [(v.shape.as_list(), v.dtype.name) for v in model.weights]],
+          sort_keys=True, default=str)
+    text = re.sub(r' at 0x[0-9a-fA-F]+', '', text)   # object addresses
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
   def data_type(self) -> tff.SequenceType:
     """The TFF type of one client's batched dataset."""
     return tff.SequenceType(tff.types.tensorflow_to_type(self.input_spec))
@@ -128,6 +150,27 @@ class ModelSpec:
         trainable=[np.array(v.numpy()) for v in model.trainable_weights],
         non_trainable=[np.array(v.numpy()) for v in
                        model.non_trainable_weights])
+
+
+def _layer_settings(model: tf.keras.Model) -> list[Any]:
+  """[class name, settings] of each of `model`'s layers, nested models as
+  the list of theirs."""
+  rows = []
+  for layer in model.layers:
+    if isinstance(layer, tf.keras.Model):
+      rows.append([type(layer).__name__, _layer_settings(layer)])
+      continue
+    try:
+      config = dict(layer.get_config())
+    except NotImplementedError:   # a custom layer without get_config
+      config = {}
+    config.pop('name', None)
+    if isinstance(layer, tf.keras.layers.Lambda):
+      # Its config holds the marshalled code, which embeds the file's path:
+      # a copy of the code elsewhere would read as another model.
+      config['function'] = getattr(layer.function, '__qualname__', '')
+    rows.append([type(layer).__name__, config])
+  return rows
 
 
 def assign_weights(model: tf.keras.Model, weights: ModelWeights) -> None:

@@ -25,7 +25,7 @@ def _dataset_fn(client_id, round_num, split):
   return ds
 
 
-def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a'):
+def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a', architecture=''):
   spec = helpers.make_spec()
   process = ditto.build_ditto(
       spec, initial_weights=spec.initial_weights(0), lambda_=0.5,
@@ -39,7 +39,7 @@ def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a'):
       sampler=sampling.ParticipationStream(IDS, clients_per_round=2, seed=5),
       store=store, eval_every=2,
       checkpoints=checkpoint.CheckpointManager(ckpt_dir) if ckpt_dir else None,
-      fingerprint=fingerprint), store
+      fingerprint=fingerprint, architecture=architecture), store
 
 
 def test_resumed_run_equals_unstopped_run(tmp_path):
@@ -68,3 +68,17 @@ def test_resume_with_another_configuration_is_refused(tmp_path):
   _run(2, str(tmp_path / 'ck'))
   with pytest.raises(ValueError, match='different configuration'):
     _run(3, str(tmp_path / 'ck'), fingerprint='b')
+
+
+def test_resume_with_another_model_architecture_is_refused(tmp_path):
+  _run(2, str(tmp_path / 'ck'), architecture='momentum_0.999')
+  with pytest.raises(ValueError, match='model built differently'):
+    _run(3, str(tmp_path / 'ck'), architecture='momentum_0.9')
+
+
+def test_checkpoint_without_architecture_resumes_with_a_warning(
+    tmp_path, caplog):
+  _run(2, str(tmp_path / 'ck'))   # as checkpoints written before the check
+  result, _ = _run(3, str(tmp_path / 'ck'), architecture='now_recorded')
+  assert [r['round'] for r in result.rounds] == [1, 2, 3]
+  assert 'records no model architecture' in caplog.text
