@@ -33,7 +33,7 @@ DATA = [helpers.to_dataset(x, y) for x, y in ARRAYS]
 N_ENC = 2   # the MLP encoder's kernel and bias
 
 
-def _run(rounds=1, **kwargs):
+def _run(rounds=1, data=DATA, **kwargs):
   kwargs.setdefault('local_epochs', 2)
   process = afedcl.build_afedcl(
       SPEC, initial_weights=W0,
@@ -41,7 +41,7 @@ def _run(rounds=1, **kwargs):
   state = process.initialize()
   states = [process.initial_client_state(str(i)) for i in range(3)]
   for _ in range(rounds):
-    state, states, metrics = process.next(state, states, DATA)
+    state, states, metrics = process.next(state, states, data)
   return process, state, states, metrics
 
 
@@ -55,9 +55,13 @@ def test_all_switches_off_is_local_training():
   for got, want in zip(states[1].model_weights.trainable,
                        model.trainable_variables):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
-  # The server still averages the uploaded encoders (by sample counts).
-  assert not np.allclose(state.global_model_weights.trainable[0],
-                         W0.trainable[0])
+  # The server still averages the uploaded encoders by sample counts
+  # (equal here: 24 samples per client), which nothing then reads.
+  for i in range(N_ENC):
+    np.testing.assert_allclose(
+        state.global_model_weights.trainable[i],
+        np.mean([s.model_weights.trainable[i] for s in states], axis=0),
+        rtol=1e-5, atol=1e-6)
   assert metrics['client_work']['non_finite'] == 0
 
 
@@ -84,9 +88,17 @@ def test_client_state_carries_over_rounds():
 
 
 def test_discrimination_accuracy_is_reported():
-  _, _, _, metrics = _run(lambda_=1.0)
+  # One batch, one epoch, round 1: the accuracy is taken on the forward pass
+  # before the only update, when E_k = E_G = W0's encoder, so D gives each
+  # sample the same logit as a local and as a global feature and is right
+  # on exactly one of the two: 0.5 per client.
+  one_batch = [helpers.to_dataset(x, y, batch_size=24) for x, y in ARRAYS]
+  _, _, _, metrics = _run(data=one_batch, lambda_=1.0, local_epochs=1)
   acc = metrics['client_work']['discrimination_accuracy']   # sum over 3
-  assert 0.0 <= acc <= 3.0
+  assert acc == pytest.approx(1.5, abs=1e-6)
+  # After training, D tells them apart better than chance.
+  _, _, _, metrics = _run(rounds=3, lambda_=0.0)
+  assert metrics['client_work']['discrimination_accuracy'] > 1.5
 
 
 def test_consensus_aware_aggregation_is_eq8():
@@ -104,6 +116,16 @@ def test_consensus_aware_aggregation_is_eq8():
   assert metrics['aggregator']['fell_back_to_counts'] == 0
   assert metrics['client_work']['discrimination_loss'] == pytest.approx(
       ld.sum(), rel=1e-5)
+  # The upload is E_k after stage 1 (Algorithm 1): with stage 2 on, round
+  # 1's stage 1, and so the new global encoder, is the same, while the
+  # clients' encoders move on in stage 2.
+  _, fused_state, fused, _ = _run(lambda_=1.0)
+  for i in range(N_ENC):
+    np.testing.assert_allclose(fused_state.global_model_weights.trainable[i],
+                               state.global_model_weights.trainable[i],
+                               rtol=1e-5, atol=1e-6)
+  assert not np.allclose(fused[0].model_weights.trainable[0],
+                         states[0].model_weights.trainable[0])
 
 
 @pytest.mark.parametrize('switch', ['dcc', 'caa', 'aff'])

@@ -13,6 +13,7 @@ from tff_pfl.algorithms import fedavg
 from tff_pfl.algorithms import fedper
 from tff_pfl.algorithms import fedprox
 from tff_pfl.algorithms import fedrep
+from tff_pfl.core import model_spec
 
 from tests.tff_pfl import conftest as helpers
 
@@ -31,6 +32,22 @@ def _run(build, rounds=1, lr=0.1, epochs=3, **kwargs):
   for _ in range(rounds):
     state, states, _ = process.next(state, states, DATA)
   return process, state, states
+
+
+def _with_head(global_weights, head):
+  """The global body with a client's head, as `ModelWeights`."""
+  n = len(head)
+  return tff.learning.models.ModelWeights(
+      trainable=[np.asarray(w) for w in global_weights.trainable[:-n]]
+      + [np.asarray(h) for h in head],
+      non_trainable=[np.asarray(w) for w in global_weights.non_trainable])
+
+
+def _eager_loss_sum(weights, dataset):
+  model = SPEC.keras_model_fn()
+  model_spec.assign_weights(model, weights)
+  return float(sum(
+      SPEC.loss(b['y'], model(b['x'])) * len(b['y']) for b in dataset))
 
 
 def _distance(a, b):
@@ -74,6 +91,26 @@ def test_fedper_heads_differ_and_global_head_never_moves():
   assert set(stats) == {'personal'}
   assert len(stats['personal']) == 3
   assert not process.has_global_model
+  for k in range(3):
+    assert stats['personal'][k]['loss_sum'] == pytest.approx(
+        _eager_loss_sum(_with_head(state.global_model_weights,
+                                   states[k].head), DATA[k]), rel=1e-5)
+
+
+def test_fedper_and_fedrep_start_a_round_from_the_clients_own_head():
+  """Round 2 starts from the global body and the head stored in round 1."""
+  for build, kwargs, num_last, epochs in (
+      (fedper.build_fedper, {}, None, 3),
+      (fedrep.build_fedrep, {'head_epochs': 2}, 2, 2)):
+    process, state1, states1 = _run(build, **kwargs)
+    _, states2, _ = process.next(state1, list(states1), DATA)
+    start = _with_head(state1.global_model_weights, states1[0].head)
+    # FedPer trains the whole model 3 epochs; FedRep's head epochs train
+    # the head alone and its body epochs then leave it as it is.
+    model = helpers.eager_sgd(SPEC, start, DATA[0], epochs=epochs, lr=0.1,
+                              num_last=num_last)
+    for got, want in zip(states2[0].head, model.trainable_variables[-2:]):
+      np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_fedrep_trains_head_then_body_and_differs_from_fedper():
@@ -92,12 +129,25 @@ def test_fedrep_trains_head_then_body_and_differs_from_fedper():
 
 
 def test_ditto_lambda_zero_is_local_training_and_lambda_pulls():
-  _, _, free = _run(ditto.build_ditto, lambda_=0.0)
-  model = helpers.eager_sgd(SPEC, W0, DATA[2], epochs=3, lr=0.1)
+  # Two rounds: the personal model v_k continues from its own last value
+  # (6 epochs of local training in all), not from the global model.
+  _, _, free = _run(ditto.build_ditto, rounds=2, lambda_=0.0)
+  model = helpers.eager_sgd(SPEC, W0, DATA[2], epochs=6, lr=0.1)
   for got, want in zip(free[2].personal_weights.trainable,
                        model.trainable_variables):
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
-  _, _, pulled = _run(ditto.build_ditto, lambda_=5.0)
-  d_free = _distance(free[2].personal_weights.trainable, W0.trainable)
-  d_pulled = _distance(pulled[2].personal_weights.trainable, W0.trainable)
-  assert d_pulled < d_free
+  # In round 2 the proximal term pulls v_k towards the global model the
+  # round received (round 1's), which is no longer W0.
+  process, state1, states1 = _run(ditto.build_ditto, lambda_=5.0)
+  _, pulled, _ = process.next(state1, list(states1), DATA)
+  assert not np.allclose(state1.global_model_weights.trainable[0],
+                         W0.trainable[0])
+  # The same round 2 with lambda = 0 from the same round-1 states.
+  free_process = ditto.build_ditto(
+      SPEC, initial_weights=W0, local_epochs=3, lambda_=0.0,
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+  _, unpulled, _ = free_process.next(state1, list(states1), DATA)
+  anchor = state1.global_model_weights.trainable
+  for k in range(3):
+    assert (_distance(pulled[k].personal_weights.trainable, anchor)
+            < _distance(unpulled[k].personal_weights.trainable, anchor))

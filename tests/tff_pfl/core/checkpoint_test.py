@@ -49,7 +49,9 @@ def test_resumed_run_equals_unstopped_run(tmp_path):
   part, _ = _run(4, str(tmp_path / 'ck'), str(tmp_path / 'states'))
   assert part.final['round'] == 4
   assert checkpoint.CheckpointManager(str(tmp_path / 'ck')).rounds() == [3, 4]
-  resumed, store = _run(5, str(tmp_path / 'ck'), str(tmp_path / 'states'))
+  # A fresh store folder: the client states must come from the checkpoint,
+  # not from the files the stopped run left behind.
+  resumed, store = _run(5, str(tmp_path / 'ck'), str(tmp_path / 'fresh'))
   assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5]
   assert resumed.final == pytest.approx(full.final, rel=1e-6)
   assert resumed.best_test['round'] == full.best_test['round']

@@ -46,7 +46,13 @@ def test_evaluates_every_client_and_names_best_rounds():
   assert 'test/personal/accuracy_mean' in result.rounds[1]
   assert 'test/personal/accuracy_mean' not in result.rounds[0]
   assert result.final['round'] == 4
-  assert result.best_test['round'] in (2, 4)
+  evaluated = {r['round']: r['test/personal/accuracy_mean']
+               for r in result.rounds if 'test/personal/accuracy_mean' in r}
+  assert list(evaluated) == [2, 4]
+  # The best round is the first with the highest accuracy.
+  assert result.best_test['round'] == max(evaluated, key=evaluated.get)
+  assert result.best_test['personal/accuracy_mean'] == max(
+      evaluated.values())
   assert result.best_val is None
   # Only sampled clients were trained: participation counts add up to 2*4.
   counts = [int(store.get(c).num_participations) for c in IDS]
