@@ -117,9 +117,22 @@ def test_learning_rate_decay_changes_later_rounds_only():
     state = process.initialize()
     states = [process.initial_client_state(str(i)) for i in range(2)]
     weights = []
-    for _ in range(2):
+    for r in range(2):
       state, states, _ = process.next(state, states, data)
       weights.append(state.global_model_weights.trainable[0])
+      if r == 0:
+        first_global = [np.asarray(w)
+                        for w in state.global_model_weights.trainable]
     finals.append(weights)
   np.testing.assert_allclose(finals[0][0], finals[1][0], rtol=1e-6)  # r=0
   assert not np.allclose(finals[0][1], finals[1][1])                 # r=1
+  # Round 2 (r=1) trains at 0.1 * 0.5: one round of FedAvg at lr 0.05 from
+  # round 1's global model (equal client sizes: a plain mean).
+  round1 = tff.learning.models.ModelWeights(trainable=first_global,
+                                            non_trainable=[])
+  locals_ = [helpers.eager_sgd(spec, round1, d, epochs=1, lr=0.05)
+             for d in data]
+  np.testing.assert_allclose(
+      finals[1][1],
+      np.mean([m.trainable_variables[0].numpy() for m in locals_], axis=0),
+      rtol=1e-5, atol=1e-6)

@@ -79,6 +79,25 @@ def test_round_matches_eager_ntd_objective_and_differs_from_fedavg():
       state.global_model_weights.trainable, fedavg_global)) > 1e-3
 
 
+def test_round_two_distils_from_the_broadcast_global_model():
+  # The teacher is the global model the round receives (shared with FedLMD
+  # through `build_global_teacher_client_work`), not the initial model.
+  process = _process(BETA)
+  state1, states1, _ = _round(BETA)
+  state2, _, _ = process.next(state1, list(states1), DATA)
+  start = state1.global_model_weights
+  results = [eager.local_sgd(SPEC, start, d, epochs=EPOCHS, lr=LR,
+                             forward_fn=_ntd_forward(start)) for d in DATA]
+  eager.assert_weights_close(
+      state2.global_model_weights.trainable,
+      eager.weighted_mean([w for w, _ in results], COUNTS), atol=1e-5)
+  stale = [eager.local_sgd(SPEC, start, d, epochs=EPOCHS, lr=LR,
+                           forward_fn=_ntd_forward(W0))[0] for d in DATA]
+  assert max(np.abs(a - b).max() for a, b in zip(
+      state2.global_model_weights.trainable,
+      eager.weighted_mean(stale, COUNTS))) > 1e-4
+
+
 def test_ntd_loss_on_a_batch():
   x, y = ARRAYS[0][0][:8], ARRAYS[0][1][:8]
   model = SPEC.keras_model_fn()

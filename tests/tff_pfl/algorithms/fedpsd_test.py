@@ -101,7 +101,8 @@ def test_each_switch_changes_training(switch):
 def _eager_fedpsd(rounds, *, rhpk, psd, cll, total_rounds=4, epochs=3):
   """Independent eager FedPSD (Eqs. 1-9) on ARRAYS: plain SGD, batches of 8
   in order, FedAvg of the clients' weights (equal sizes). Returns the global
-  trainable weights and each client's stored predictions."""
+  trainable weights, each client's stored predictions and each client's
+  trainable weights after its last local training."""
   weights = [np.asarray(w) for w in W0.trainable]
   history = [None] * len(ARRAYS)
   c = helpers.NUM_CLASSES
@@ -151,7 +152,7 @@ def _eager_fedpsd(rounds, *, rhpk, psd, cll, total_rounds=4, epochs=3):
       trained.append([v.numpy() for v in model.trainable_variables])
     weights = [np.mean([w[i] for w in trained], axis=0)
                for i in range(len(weights))]
-  return weights, history
+  return weights, history, trained
 
 
 @pytest.mark.parametrize('switches', [
@@ -165,7 +166,7 @@ def test_two_rounds_match_an_eager_reference(switches, full_run):
   else:
     state, states, metrics = _run(_build(**switches), rounds=2)
   assert all(m['non_finite'] == 0 for m in metrics)
-  want_weights, want_history = _eager_fedpsd(2, **switches)
+  want_weights, want_history, _ = _eager_fedpsd(2, **switches)
   for got, want in zip(state.global_model_weights.trainable, want_weights):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
   for s, want in zip(states, want_history):
@@ -206,9 +207,18 @@ def test_personalized_model_is_the_locally_trained_model(full_run):
   process, (server, states, _) = full_run
   evaluated = process.evaluate(server, states, DATA)
   assert set(evaluated) == {'personal', 'global'}
-  personal = [np.asarray(s.personal_weights.trainable[0]) for s in states]
-  glob = np.asarray(server.global_model_weights.trainable[0])
-  assert all(np.abs(p - glob).max() > 1e-4 for p in personal)
+  # Each client's model after round 2's local training (before averaging).
+  _, _, trained = _eager_fedpsd(2, rhpk=True, psd=True, cll=True)
+  for s, want in zip(states, trained):
+    for got, w in zip(s.personal_weights.trainable, want):
+      np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5)
+  # And it is evaluated as such: the loss of client 0's personal model.
+  model = SPEC.keras_model_fn()
+  model_spec.assign_weights(model, states[0].personal_weights)
+  x, y = ARRAYS[0]
+  loss = float(tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(
+      y, model(x), from_logits=True)))
+  assert evaluated['personal'][0]['loss_sum'] == pytest.approx(loss, rel=1e-4)
 
 
 def test_fused_label():

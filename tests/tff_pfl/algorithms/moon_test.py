@@ -134,6 +134,13 @@ def test_evaluated_with_the_global_model():
   stats = process.evaluate(state, states, DATA)
   assert set(stats) == {'global'}
   assert len(stats['global']) == 3
+  # With the global model, not a client's stored previous model.
+  model = SPEC.keras_model_fn()
+  model_spec.assign_weights(model, state.global_model_weights)
+  for k, d in enumerate(DATA):
+    loss = sum(float(SPEC.loss(b['y'], model(b['x']))) * len(b['y'])
+               for b in d)
+    assert stats['global'][k]['loss_sum'] == pytest.approx(loss, rel=1e-5)
 
 
 def test_bad_arguments_and_registry():

@@ -125,6 +125,21 @@ def test_local_eval_reports_the_cohorts_models_before_aggregation():
     assert 0.0 <= final[key] <= 1.0, key
   assert 'test/local/accuracy_mean' not in result.rounds[0]
   assert final['local/accuracy_mean'] != final['personal/accuracy_mean']
+  # One client per round: FedAvg's new global model is that client's local
+  # model, so local_pooled is the global model's accuracy on the pooled set
+  # (not on the client's own split, which local/ reports).
+  one = loop.run(process, client_ids=IDS, dataset_fn=_dataset_fn(arrays),
+                 sampler=sampling.ParticipationStream(
+                     IDS, clients_per_round=1, seed=0),
+                 rounds=2, store=client_state.MemoryStore(
+                     process.initial_client_state),
+                 eval_every=2, local_eval=True, pooled_test=pooled)
+  confusion = np.asarray(process.evaluate_weights(
+      one.server_state.global_model_weights, pooled)['confusion'])
+  assert one.final['local_pooled/accuracy_mean'] == pytest.approx(
+      np.trace(confusion) / confusion.sum(), abs=1e-6)
+  assert (one.final['local_pooled/accuracy_mean']
+          != one.final['local/accuracy_mean'])
 
 
 def test_local_eval_needs_a_method_reporting_local_models():
