@@ -9,9 +9,10 @@ Each client k keeps a local model theta_k and aggregation weights W_k. When
 sampled in round t with global model theta (the broadcast), it
 
 1. initializes its model by Adaptive Local Aggregation (ALA): the lower
-   trainable tensors (all but the top `layer_idx`) and the non-trainable
-   ones (BatchNorm statistics) are taken from theta, and each top tensor p
-   is aggregated element-wise,
+   trainable tensors (all but the top `layer_idx`) are taken from theta,
+   the non-trainable ones (BatchNorm statistics) stay theta_k's (the
+   reference code mixes `parameters()` only and leaves BatchNorm buffers
+   local), and each top tensor p is aggregated element-wise,
 
        theta_hat_p = theta_k,p + (theta_p - theta_k,p) * W_k,p,
 

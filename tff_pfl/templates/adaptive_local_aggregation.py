@@ -6,7 +6,7 @@ model theta_l and receives the global model theta_g initializes its model
 element-wise between the two on its top `layer_idx` trainable tensors:
 
     theta_hat_p = theta_l_p + (theta_g_p - theta_l_p) * W_p     (top tensors)
-    theta_hat_q = theta_g_q                                     (all others)
+    theta_hat_q = theta_g_q                        (the lower trainable ones)
 
 and learns the aggregation weights W (same shapes as the top tensors, kept
 by the client between rounds, initially ones) on a sample of its training
@@ -23,7 +23,10 @@ This module holds the TensorFlow side of that step, independent of any
 process: `build_adaptive_local_aggregation` returns a `tf.function` that
 works on a Keras model, weights as tensors and a batched dataset, in eager
 mode or inside a `tff.tensorflow.computation`. Non-trainable weights
-(BatchNorm moving statistics) of the result are the global ones.
+(BatchNorm moving statistics) of the result are the client's local ones, as
+in the reference code (PFLlib `utils/ALA.py` overwrites and mixes
+`model.parameters()` only, so the local model keeps its BatchNorm buffers):
+the personalized model normalises with statistics of the client's own data.
 
 Sampling: PFLlib takes a random contiguous `rand_percent`% slice of the
 client's examples; here the first `ceil(rand_percent / 100 * num_batches)`
@@ -165,8 +168,9 @@ def aggregate_weights(global_weights: Any, local_weights: Any,
     layer_idx: number of top trainable tensors (`len(ala_weights)`).
 
   Returns:
-    `ModelWeights`: lower trainable and all non-trainable tensors from
-    `global_weights`, the top `layer_idx` trainable tensors combined.
+    `ModelWeights`: lower trainable tensors from `global_weights`, the top
+    `layer_idx` trainable tensors combined, non-trainable tensors from
+    `local_weights`.
   """
   global_trainable = list(global_weights.trainable)
   local_trainable = list(local_weights.trainable)
@@ -174,7 +178,7 @@ def aggregate_weights(global_weights: Any, local_weights: Any,
                 ala_weights)
   return ModelWeights(
       trainable=global_trainable[:-layer_idx] + top,
-      non_trainable=list(global_weights.non_trainable))
+      non_trainable=list(local_weights.non_trainable))
 
 
 def build_adaptive_local_aggregation(
@@ -234,8 +238,11 @@ def build_adaptive_local_aggregation(
     top_variables = list(model.trainable_variables)[-layer_idx:]
     initial_w = tuple(tf.convert_to_tensor(w, tf.float32)
                       for w in ala_weights)
-    # Lower layers and non-trainable weights: the global ones.
-    model_spec_lib.assign_weights(model, global_weights)
+    # Lower layers: the global ones; non-trainable: the local ones (the
+    # passes run in training mode, so these do not change W).
+    model_spec_lib.assign_weights(model, ModelWeights(
+        trainable=list(global_weights.trainable),
+        non_trainable=list(local_weights.non_trainable)))
 
     num_batches = count_batches(dataset)
     sampled = dataset.take(num_sampled_batches(num_batches, rand_percent))

@@ -65,7 +65,9 @@ def test_ala_mixes_top_tensors_and_learns_w_like_pfllib():
   trainable = [t.numpy() for t in out.weights.trainable]
   for got, want in zip(trainable[:-2], global_w.trainable[:-2]):
     np.testing.assert_array_equal(got, want)
-  for got, want in zip(out.weights.non_trainable, global_w.non_trainable):
+  # BatchNorm statistics stay local (PFLlib mixes parameters() only).
+  assert out.weights.non_trainable
+  for got, want in zip(out.weights.non_trainable, local_w.non_trainable):
     np.testing.assert_array_equal(got.numpy(), want)
   for got, g, l in zip(trainable[-2:], global_w.trainable[-2:],
                        local_w.trainable[-2:]):
@@ -227,6 +229,38 @@ def test_rounds_personalize_and_end_start_phase():
   # A client that never took part is evaluated with the global model.
   assert personal[3] == pytest.approx(global_[3], rel=1e-5)
   assert personal[0] != pytest.approx(global_[0], rel=1e-3)
+
+
+def test_an_initialized_client_keeps_its_own_batch_norm_statistics():
+  """From its second round on, a client normalises with its own moving
+  statistics: the global model's (the average of the uploads) do not reach
+  its model, while its first round copies them."""
+  spec = helpers.make_spec(batch_norm=True)
+  data = [helpers.to_dataset(x, y) for x, y in helpers.make_client_arrays(2)]
+  process = fedala.build_fedala(
+      spec, initial_weights=spec.initial_weights(seed=0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+  state = process.initialize()
+  states = [process.initial_client_state(str(i)) for i in range(2)]
+  state, states, _ = process.next(state, states, data)
+  # Another global moving mean and variance, same trainable weights.
+  other = state._replace(global_model_weights=ModelWeights(
+      trainable=state.global_model_weights.trainable,
+      non_trainable=[np.asarray(t) + 3.0
+                     for t in state.global_model_weights.non_trainable]))
+  _, a, _ = process.next(state, list(states), data)
+  _, b, _ = process.next(other, list(states), data)
+  for x, y in zip(a, b):
+    assert x.model_weights.non_trainable
+    for u, v in zip(x.model_weights.trainable + x.model_weights.non_trainable,
+                    y.model_weights.trainable + y.model_weights.non_trainable):
+      np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+  # A first-time client starts from the global model, statistics included.
+  fresh = [process.initial_client_state(str(i)) for i in range(2)]
+  _, c, _ = process.next(state, fresh, data)
+  _, d, _ = process.next(other, fresh, data)
+  assert not np.allclose(c[0].model_weights.non_trainable[0],
+                         d[0].model_weights.non_trainable[0])
 
 
 def test_frozen_w_equals_fedavg():
