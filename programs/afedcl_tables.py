@@ -163,11 +163,13 @@ def defaults(method: str, seed: int) -> Optional[dict[str, Any]]:
   return None
 
 
-def needs_run(out: str, method: str, seed: int) -> bool:
-  """`grid.needs_run`, refusing a cell run with other hyperparameters."""
+def needs_run(out: str, method: str, seed: int, architecture: str) -> bool:
+  """`grid.needs_run`, refusing a cell run with other hyperparameters or
+  another model architecture."""
   return grid.needs_run(
       out, FLAGS.rounds,
-      algorithm_params=grid.algorithm_params(method, defaults(method, seed)))
+      algorithm_params=grid.algorithm_params(method, defaults(method, seed)),
+      architecture=architecture)
 
 
 def run_cell(config, data, method: str, out: str,
@@ -347,12 +349,13 @@ def make_config(partition: str, shots: int, seed: int, *, model=None,
 def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
   """Fig. 9 cells: --sweep_methods at one (partition, shots) variant."""
   for seed in seeds:
-    todo = [m for m in FLAGS.sweep_methods if needs_run(
-        cell_dir(partition, shots, seed, m, variant), m, seed)]
-    if not todo:
-      continue
+    # Prepared even when every cell has finished: the finished cells'
+    # model architecture is checked against the model this code builds.
     config = make_config(partition, shots, seed, **config_kwargs)
     data = experiment.prepare(config)
+    todo = [m for m in FLAGS.sweep_methods if needs_run(
+        cell_dir(partition, shots, seed, m, variant), m, seed,
+        data.spec.architecture())]
     for method in todo:
       run_cell(config, data, method,
                cell_dir(partition, shots, seed, method, variant))
@@ -376,7 +379,7 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
             FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
           out = cell_dir(partition, k, seed, method)
           features = tsne and method in FLAGS.tsne_methods
-          if needs_run(out, method, seed) or (
+          if needs_run(out, method, seed, data.spec.architecture()) or (
               features and not os.path.exists(
                   os.path.join(out, 'features.npz'))):
             run_cell(config, data, method, out, features=features)

@@ -208,14 +208,16 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
   if FLAGS.write_only:
     return
   for seed in seeds:
+    # Prepared even when every cell has finished: the finished cells'
+    # model architecture is checked against the model this code builds.
+    config = make_config(setting, seed, **config_kwargs)
+    data = experiment.prepare(config)
+    architecture = data.spec.architecture()
     todo = [m for m in methods
             if grid.needs_run(cell_dir(setting, seed, m, variant),
                               FLAGS.rounds, LOCAL_KEYS,
-                              grid.algorithm_params(m, defaults(m)))]
-    if not todo:
-      continue
-    config = make_config(setting, seed, **config_kwargs)
-    data = experiment.prepare(config)
+                              grid.algorithm_params(m, defaults(m)),
+                              architecture=architecture)]
     for method in todo:
       out = cell_dir(setting, seed, method, variant)
       grid.run_cell(config, data, method, out,

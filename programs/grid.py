@@ -83,7 +83,8 @@ def load_summary(out: str) -> Optional[dict[str, Any]]:
 
 def needs_run(out: str, rounds: int,
               required_keys: tuple[str, ...] = (),
-              algorithm_params: Optional[dict[str, Any]] = None) -> bool:
+              algorithm_params: Optional[dict[str, Any]] = None,
+              architecture: Optional[str] = None) -> bool:
   """Whether the cell in `out` must (re)run to give `rounds` rounds.
 
   A cell is done when its summary's final round is `rounds` and its final
@@ -98,11 +99,22 @@ def needs_run(out: str, rounds: int,
     ValueError: the cell ran more rounds than `rounds`, or (when
       `algorithm_params` is given, `{name: hyperparameters}` as in the
       cell's config) it ran with other hyperparameters, which would put a
-      run of another method variant in the table under this one's name.
+      run of another method variant in the table under this one's name;
+      or (when `architecture`, `ModelSpec.architecture()` of the model this
+      code builds, is given) the cell's summary records another model
+      architecture: the model changed since the cell ran (a summary
+      written before architectures were recorded is accepted).
   """
   summary = load_summary(out)
   if summary is None:
     return True
+  ran_with = summary.get('model_architecture')
+  if architecture and ran_with and ran_with != architecture:
+    raise ValueError(
+        f'{out} ran with model architecture {ran_with!r}, but this code '
+        f'builds {architecture!r}: the model changed since (layer settings '
+        'or weight shapes), so its numbers are not this model\'s; use '
+        'another output folder or remove the cell.')
   ran = (summary.get('config') or {}).get('algorithm_params')
   if algorithm_params is not None and ran is not None:
     want = json.loads(json.dumps(algorithm_params, default=str))

@@ -64,6 +64,8 @@ def _inference_accuracy_after_fitting(bn_momentum):
   return accuracy(True), accuracy(False)
 
 
+@pytest.mark.slow   # ~90 s of MobileNetV2 training; the default itself is
+                    # checked by test_every_encoder_uses_the_shared_momentum
 def test_few_steps_leave_keras_default_statistics_unusable():
   # With the shared momentum the moving statistics have converged: the
   # model classifies its own training images in inference mode.

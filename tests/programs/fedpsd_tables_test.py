@@ -142,8 +142,19 @@ def test_baselines_take_fedntd_config_values_and_old_cells_are_refused(
   (cell / 'summary.json').write_text(json.dumps({
       'config': {'algorithm_params': {'fedprox': {}}},
       'final_round': {'round': 2}}))
-  proc = _run(['--settings=digits:shards=2', '--seeds=0', '--methods=fedprox',
-               '--ablation_settings=', '--rounds=2', f'--output_dir={tmp_path}'])
+  args = ['--settings=digits:shards=2', '--seeds=0', '--methods=fedprox',
+          '--ablation_settings=', '--rounds=2', '--model=mlp',
+          f'--output_dir={tmp_path}']
+  proc = _run(args)
   assert proc.returncode != 0
   assert ("ran with algorithm_params {'fedprox': {}}, not the "
           "{'fedprox': {'mu': 1.0}} asked for") in proc.stdout, proc.stdout[-2000:]
+  # Nor is one whose model was built differently (another architecture).
+  (cell / 'summary.json').write_text(json.dumps({
+      'config': {'algorithm_params': {'fedprox': {'mu': 1.0}}},
+      'model_architecture': '0123456789abcdef',
+      'final_round': {'round': 2}}))
+  proc = _run(args)
+  assert proc.returncode != 0
+  assert ("ran with model architecture '0123456789abcdef', but this code "
+          "builds") in proc.stdout, proc.stdout[-2000:]

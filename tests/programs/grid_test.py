@@ -59,6 +59,22 @@ def test_needs_run_refuses_a_cell_run_with_other_hyperparameters(tmp_path):
   assert not grid.needs_run(str(cell), 10)
 
 
+def test_needs_run_refuses_a_cell_of_another_model_architecture(tmp_path):
+  cell = tmp_path / 'fedavg'
+  cell.mkdir()
+  (cell / 'summary.json').write_text(json.dumps({
+      'model_architecture': '3ea9ac0cc54eb5dc', 'final_round': {'round': 10}}))
+  assert not grid.needs_run(str(cell), 10, architecture='3ea9ac0cc54eb5dc')
+  with pytest.raises(ValueError, match="ran with model architecture "
+                     "'3ea9ac0cc54eb5dc', but this code builds "
+                     "'0123456789abcdef'"):
+    grid.needs_run(str(cell), 10, architecture='0123456789abcdef')
+  assert (cell / 'summary.json').exists()      # nothing was touched
+  # A summary written before architectures were recorded is accepted.
+  old = _finished_cell(tmp_path / 'old', 10, {})
+  assert not grid.needs_run(str(old), 10, architecture='0123456789abcdef')
+
+
 def test_method_params_spec_overrides_defaults():
   assert grid.method_params('moon', {'mu': 0.1}) == ('moon', {'mu': 0.1})
   assert grid.algorithm_params('moon:mu=5', {'mu': 0.1, 'temperature': 0.5}

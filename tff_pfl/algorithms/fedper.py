@@ -5,6 +5,10 @@ FedAvg, and personalization layers W_P (the classifier head), which each
 client keeps. In round t client k starts from (W_B^t, W_P^k), trains both
 with E local epochs of SGD, uploads W_B only and keeps its new W_P^k.
 Client k is evaluated with (W_B, W_P^k). See `templates.personal_head`.
+
+`local_statistics=True` keeps each client's BatchNorm moving statistics
+local, as PFLlib's FedPer does; the default averages them with the body
+(TFF's treatment of non-trainable weights).
 """
 
 from typing import Optional
@@ -25,13 +29,14 @@ def build_fedper(
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     local_epochs: int = 1,
     learning_rate_decay: float = 1.0,
+    local_statistics: bool = False,
 ) -> process_lib.PersonalizedProcess:
-  """Builds FedPer. Arguments as in `fedavg.build_fedavg`."""
+  """Builds FedPer. Arguments as in `fedavg.build_fedavg`; see above."""
   train_fn = client_works.build_local_update(
       spec, client_optimizer, epochs=local_epochs,
       learning_rate_decay=learning_rate_decay)
   work = personal_head.build_personal_head_client_work(
-      spec, initial_weights, train_fn)
+      spec, initial_weights, train_fn, local_statistics=local_statistics)
   return process_lib.compose_with_global_model(
       spec, initial_weights, work, server_optimizer=server_optimizer,
       name='fedper')

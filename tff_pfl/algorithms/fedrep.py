@@ -9,6 +9,8 @@ evaluated with (phi, h^k).
 
 Default `head_epochs=1`: PFLlib's FedRep default (`plocal_epochs`), the
 protocol of the FedALA comparison; the FedRep paper itself uses 10.
+`local_statistics=True` keeps each client's BatchNorm moving statistics
+local, as PFLlib's FedRep does; the default averages them with phi.
 """
 
 from typing import Optional
@@ -31,6 +33,7 @@ def build_fedrep(
     local_epochs: int = 1,
     learning_rate_decay: float = 1.0,
     head_epochs: int = 1,
+    local_statistics: bool = False,
 ) -> process_lib.PersonalizedProcess:
   """Builds FedRep; `head_epochs` epochs on the head, then the body."""
   if head_epochs < 1:
@@ -57,7 +60,7 @@ def build_fedrep(
         head.num_steps + body.num_steps)
 
   work = personal_head.build_personal_head_client_work(
-      spec, initial_weights, train_fn)
+      spec, initial_weights, train_fn, local_statistics=local_statistics)
   return process_lib.compose_with_global_model(
       spec, initial_weights, work, server_optimizer=server_optimizer,
       name='fedrep')

@@ -1,6 +1,7 @@
 """Tests for tff_pfl.algorithms.afedcl (afedcl.txt Eqs. 4-11)."""
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -33,11 +34,18 @@ DATA = [helpers.to_dataset(x, y) for x, y in ARRAYS]
 N_ENC = 2   # the MLP encoder's kernel and bias
 
 
-def _run(rounds=1, data=DATA, **kwargs):
-  kwargs.setdefault('local_epochs', 2)
-  process = afedcl.build_afedcl(
+@functools.lru_cache(maxsize=None)
+def _process(**kwargs):
+  """One process per configuration: tests that run the same one share it
+  (a process is stateless; building and first running it is what costs)."""
+  return afedcl.build_afedcl(
       SPEC, initial_weights=W0,
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1), **kwargs)
+
+
+def _run(rounds=1, data=DATA, **kwargs):
+  kwargs.setdefault('local_epochs', 2)
+  process = _process(**kwargs)
   state = process.initialize()
   states = [process.initial_client_state(str(i)) for i in range(3)]
   for _ in range(rounds):

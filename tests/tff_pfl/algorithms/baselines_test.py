@@ -4,6 +4,8 @@ Each method's key term must change the result, and each degenerates to the
 method it extends exactly when its switch is off.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -23,10 +25,17 @@ ARRAYS = helpers.make_client_arrays(3)
 DATA = [helpers.to_dataset(x, y) for x, y in ARRAYS]
 
 
+@functools.lru_cache(maxsize=None)
+def _process(build, lr, epochs, **kwargs):
+  """One process per configuration: tests that run the same one share it
+  (a process is stateless; building and first running it is what costs)."""
+  return build(SPEC, initial_weights=W0, local_epochs=epochs,
+               client_optimizer=tff.learning.optimizers.build_sgdm(lr),
+               **kwargs)
+
+
 def _run(build, rounds=1, lr=0.1, epochs=3, **kwargs):
-  process = build(SPEC, initial_weights=W0, local_epochs=epochs,
-                  client_optimizer=tff.learning.optimizers.build_sgdm(lr),
-                  **kwargs)
+  process = _process(build, lr, epochs, **kwargs)
   state = process.initialize()
   states = [process.initial_client_state(str(i)) for i in range(3)]
   for _ in range(rounds):
@@ -151,3 +160,69 @@ def test_ditto_lambda_zero_is_local_training_and_lambda_pulls():
   for k in range(3):
     assert (_distance(pulled[k].personal_weights.trainable, anchor)
             < _distance(unpulled[k].personal_weights.trainable, anchor))
+
+
+def test_fedper_and_fedrep_local_statistics_keep_batch_norm_on_the_client():
+  """`local_statistics=True`: from its second round on a client trains and
+  is evaluated with its own BatchNorm statistics, whatever the global ones;
+  by default it takes the global (averaged) ones."""
+  spec = helpers.make_spec(batch_norm=True)
+  w0 = spec.initial_weights(seed=0)
+  data = [helpers.to_dataset(x, y) for x, y in helpers.make_client_arrays(2)]
+
+  def two_rounds(build, local_statistics):
+    process = build(spec, initial_weights=w0, local_statistics=local_statistics,
+                    client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+    state = process.initialize()
+    states = [process.initial_client_state(str(i)) for i in range(2)]
+    state, states, _ = process.next(state, states, data)
+    other = state._replace(
+        global_model_weights=tff.learning.models.ModelWeights(
+            trainable=state.global_model_weights.trainable,
+            non_trainable=[np.asarray(t) + 3.0 for t in
+                           state.global_model_weights.non_trainable]))
+    _, a, _ = process.next(state, list(states), data)
+    _, b, _ = process.next(other, list(states), data)
+    evaluations = [
+        [r['loss_sum'] for r in process.evaluate(s, states, data)['personal']]
+        for s in (state, other)]
+    return process, state, states, a, b, evaluations
+
+  # FedPer and FedRep share the client work (`templates.personal_head`).
+  for build in (fedper.build_fedper,):
+    process, state, states, a, b, evaluations = two_rounds(build, True)
+    np.testing.assert_allclose(evaluations[0], evaluations[1], rtol=1e-6)
+    for x, y in zip(a, b):
+      for u, v in zip(x.head + x.statistics, y.head + y.statistics):
+        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+    # Round 1's statistics are the client's own (trained from the initial
+    # ones), and differ between clients.
+    assert not np.allclose(states[0].statistics[0], states[1].statistics[0])
+    assert not np.allclose(states[0].statistics[0], w0.non_trainable[0])
+    # Evaluated with global body + own head + own statistics.
+    stats = process.evaluate(state, states, data)
+    for k in range(2):
+      weights = tff.learning.models.ModelWeights(
+          trainable=_with_head(state.global_model_weights,
+                               states[k].head).trainable,
+          non_trainable=list(states[k].statistics))
+      model = spec.keras_model_fn()
+      model_spec.assign_weights(model, weights)
+      want = float(sum(spec.loss(d['y'], model(d['x'])) * len(d['y'])
+                       for d in data[k]))
+      assert stats['personal'][k]['loss_sum'] == pytest.approx(want, rel=1e-5)
+    # The default evaluates (and starts training) with the global
+    # statistics: the +3 shift changes every client's evaluation.
+    *_, evaluations = two_rounds(build, False)
+    for x, y in zip(*evaluations):
+      assert x != pytest.approx(y, rel=1e-3)
+
+  rep = fedrep.build_fedrep(spec, initial_weights=w0, local_statistics=True,
+                            client_optimizer=tff.learning.optimizers.build_sgdm(
+                                0.1))
+  assert len(rep.initial_client_state('0').statistics) == len(
+      w0.non_trainable)
+  with pytest.raises(ValueError, match='no non-trainable weights'):
+    fedper.build_fedper(SPEC, initial_weights=W0, local_statistics=True,
+                        client_optimizer=tff.learning.optimizers.build_sgdm(
+                            0.1))
