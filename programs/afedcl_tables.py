@@ -353,9 +353,9 @@ def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
     # model architecture is checked against the model this code builds.
     config = make_config(partition, shots, seed, **config_kwargs)
     data = experiment.prepare(config)
+    architecture = data.spec.architecture()
     todo = [m for m in FLAGS.sweep_methods if needs_run(
-        cell_dir(partition, shots, seed, m, variant), m, seed,
-        data.spec.architecture())]
+        cell_dir(partition, shots, seed, m, variant), m, seed, architecture)]
     for method in todo:
       run_cell(config, data, method,
                cell_dir(partition, shots, seed, method, variant))
@@ -368,6 +368,7 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
       for seed in seeds:
         config = make_config(partition, k, seed)
         data = experiment.prepare(config)
+        architecture = data.spec.architecture()   # a model build: once
         # Ablation and lambda sweep (all seeds) and t-SNE features (first
         # seed) run only at the first (partition, shots) cell. Fresh lists:
         # never alias the flags.
@@ -379,7 +380,7 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
             FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
           out = cell_dir(partition, k, seed, method)
           features = tsne and method in FLAGS.tsne_methods
-          if needs_run(out, method, seed, data.spec.architecture()) or (
+          if needs_run(out, method, seed, architecture) or (
               features and not os.path.exists(
                   os.path.join(out, 'features.npz'))):
             run_cell(config, data, method, out, features=features)
