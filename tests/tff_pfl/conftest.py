@@ -5,6 +5,7 @@ import collections
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_pfl.core import model_spec
 from tff_pfl.core import runtime
@@ -71,3 +72,16 @@ def eager_sgd(spec, weights, dataset, *, epochs, lr, num_last=None):
       for v, g in zip(variables, tape.gradient(loss, variables)):
         v.assign_sub(lr * g)
   return model
+
+
+def eager_fedavg_round(spec, weights, datasets, *, epochs, lr):
+  """Reference: one FedAvg round written out eagerly for equal-sized
+  clients, whose new global model is the plain mean of their `eager_sgd`
+  results. Returns `ModelWeights` (trainable only)."""
+  trained = [eager_sgd(spec, weights, d, epochs=epochs, lr=lr)
+             for d in datasets]
+  return tff.learning.models.ModelWeights(
+      trainable=[np.mean([m.trainable_variables[j].numpy() for m in trained],
+                         axis=0)
+                 for j in range(len(trained[0].trainable_variables))],
+      non_trainable=[])

@@ -46,13 +46,8 @@ def _eager_fedavg():
   round's global model is the plain mean of the cohort's SGD results."""
   weights, history = W0, []
   for cohort in COHORTS:
-    trained = [helpers.eager_sgd(SPEC, weights, DATA[i], epochs=EPOCHS, lr=LR)
-               for i in cohort]
-    weights = tff.learning.models.ModelWeights(
-        trainable=[np.mean([m.trainable_variables[j].numpy() for m in trained],
-                           axis=0)
-                   for j in range(len(W0.trainable))],
-        non_trainable=[])
+    weights = helpers.eager_fedavg_round(
+        SPEC, weights, [DATA[i] for i in cohort], epochs=EPOCHS, lr=LR)
     history.append(weights.trainable)
   return history
 
