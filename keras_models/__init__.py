@@ -17,6 +17,7 @@ from keras_models.mobilenet_v2 import build_mobilenet_v2
 from keras_models.registry import build_encoder
 from keras_models.registry import build_head
 from keras_models.registry import build_model
+from keras_models.registry import check_encoder_options
 from keras_models.registry import describe
 from keras_models.registry import ENCODERS
 from keras_models.registry import HEADS
@@ -43,6 +44,7 @@ __all__ = [
     'build_mlp',
     'build_mobilenet_v2',
     'build_model',
+    'check_encoder_options',
     'build_regression_head',
     'build_resnet',
     'build_resnet10',

@@ -174,9 +174,20 @@ def build_encoder(
       the unknown and the accepted options.
     ValueError: If `input_shape` or an option value is invalid.
   """
+  check_encoder_options(name, options)
+  return ENCODERS[name](input_shape, **options)
+
+
+def check_encoder_options(name: str, options: Mapping[str, Any]) -> None:
+  """Raises as `build_encoder` would for an unknown name or option name,
+  building nothing (option values are checked when the encoder is built).
+
+  Raises:
+    UnknownNameError: If `name` is not registered.
+    TypeError: If an option is not accepted by the encoder.
+  """
   builder = _lookup('encoder', name, ENCODERS)
   _check_options('encoder', name, builder, options, ('input_shape',))
-  return builder(input_shape, **options)
 
 
 def build_head(

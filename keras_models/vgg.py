@@ -1,10 +1,10 @@
 """VGG-11 encoder (Simonyan & Zisserman, 2015, configuration "A").
 
 Convolutional configuration `[64, M, 128, M, 256, 256, M, 512, 512, M, 512,
-512, M]`: 3x3 'same' convolutions with bias and ReLU (optionally conv ->
+512, M]` (each width times `width`, rounded, at least 1): 3x3 'same' convolutions with bias and ReLU (optionally conv ->
 batch norm -> ReLU, as torchvision's `vgg11_bn`), `M` a 2x2 max-pool. The
 final map is flattened when it is 1x1 (e.g. 32x32 inputs) and globally
-average pooled otherwise, giving 512 features; an optional ReLU dense layer
+average pooled otherwise, giving `round(512 * width)` features; an optional ReLU dense layer
 of `hidden` units follows. The convolutional part has 9,220,480 parameters,
 like torchvision's `vgg11().features`.
 """
@@ -33,6 +33,7 @@ def build_vgg11(
     batch_norm: bool = False,
     hidden: Optional[int] = None,
     bn_momentum: float = batch_norm_lib.DEFAULT_MOMENTUM,
+    width: float = 1.0,
 ) -> tf.keras.Model:
   """Builds a VGG-11 encoder.
 
@@ -43,10 +44,14 @@ def build_vgg11(
       instead of Keras' 0.99, see `keras_models.batch_norm`.
     hidden: Units of an optional ReLU dense layer after the pooled features;
       `None` (default) adds none.
+    width: Multiplier of the convolution widths 64/128/256/512 (each
+      rounded, at least 1), as ResNet's `width`: e.g. 0.25 for a narrow
+      VGG-11 that 2 CPU cores can train in a reduced grid.
 
   Returns:
     A functional `tf.keras.Model` named 'encoder' with output
-    `[batch, 512]`, or `[batch, hidden]` when `hidden` is set.
+    `[batch, round(512 * width)]`, or `[batch, hidden]` when `hidden` is
+    set.
 
   Raises:
     ValueError: If `input_shape` is not `(height, width, channels)` with sides
@@ -62,6 +67,7 @@ def build_vgg11(
   if hidden is not None:
     hidden = _validation.check_positive_int(name, 'hidden', hidden)
   bn_momentum = _validation.check_rate(name, 'bn_momentum', bn_momentum)
+  width = _validation.check_positive_float(name, 'width', width)
 
   inputs = tf.keras.Input(shape=shape, name='image')
   x = inputs
@@ -73,7 +79,8 @@ def build_vgg11(
       continue
     conv_index += 1
     x = tf.keras.layers.Conv2D(
-        value, 3, padding='same', name=f'conv{conv_index}'
+        max(1, int(round(value * width))), 3, padding='same',
+        name=f'conv{conv_index}'
     )(x)
     if batch_norm:
       x = tf.keras.layers.BatchNormalization(

@@ -71,7 +71,9 @@ flags.DEFINE_list('tsne_methods', ['fedavg', 'fedrep', 'fedala', 'afedcl'],
                   'Methods whose per-client features are plotted with t-SNE '
                   '(Fig. 7; first cell, first seed); empty to skip.')
 flags.DEFINE_list('backbones', [], 'Extra encoders for Fig. 9(a), e.g. '
-                  'resnet18,resnet50 (--model is the first bar).')
+                  'resnet18,resnet50, with options as methods have them, '
+                  'e.g. mobilenet_v2:alpha=0.35 (--model with '
+                  '--model_options is the first bar).')
 flags.DEFINE_list('client_counts', [], 'Client counts for Fig. 9(b), e.g. '
                   '2,10, sharing --total_samples training samples.')
 flags.DEFINE_integer('total_samples', 50, 'Training samples shared by all '
@@ -328,7 +330,9 @@ def write_figures(partitions, shots, seeds) -> None:
 
 
 def make_config(partition: str, shots: int, seed: int, *, model=None,
+                model_options=None,
                 num_clients=None) -> experiment.ExperimentConfig:
+  """A cell's config; `model=None` is --model with --model_options."""
   kind, params = parse_partition(partition)
   clients = num_clients or FLAGS.num_clients
   return experiment.ExperimentConfig(
@@ -338,8 +342,8 @@ def make_config(partition: str, shots: int, seed: int, *, model=None,
       partition=kind, partition_params=params, num_clients=clients,
       clients_per_round=clients, max_train_samples=shots,
       model=model or FLAGS.model,
-      model_options=(json.loads(FLAGS.model_options)
-                     if model in (None, FLAGS.model) else {}),
+      model_options=(json.loads(FLAGS.model_options) if model is None
+                     else dict(model_options or {})),
       rounds=FLAGS.rounds, local_epochs=FLAGS.local_epochs,
       batch_size=FLAGS.batch_size, optimizer=FLAGS.optimizer,
       learning_rate=FLAGS.learning_rate, eval_every=FLAGS.eval_every,
@@ -387,7 +391,9 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
         write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
   for backbone in FLAGS.backbones:
     if backbone != FLAGS.model:
-      run_variant(*first, seeds, backbone, model=backbone)
+      name, options = grid.parse_encoder(backbone)
+      run_variant(*first, seeds, backbone, model=name,
+                  model_options=options)
   for c in counts:
     run_variant(first[0], FLAGS.total_samples // c, seeds, f'K{c}',
                 num_clients=c)
@@ -401,6 +407,8 @@ def main(argv):
   for m in (FLAGS.methods + FLAGS.ablation + FLAGS.tsne_methods
             + FLAGS.sweep_methods):
     parse_method(m)
+  for backbone in FLAGS.backbones:
+    grid.parse_encoder(backbone)
   for p in FLAGS.partitions:
     parse_partition(p)
   shots = [int(k) for k in FLAGS.shots]

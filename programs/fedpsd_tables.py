@@ -109,7 +109,9 @@ flags.DEFINE_list('ablation_settings', ['cifar10:shards=2',
                                         'cifar10:dirichlet=0.05'],
                   'Settings of Table VI.')
 flags.DEFINE_list('architectures', [], 'Extra encoders for Table VII, e.g. '
-                  'resnet10,vgg11 (SimpleCNN comes from the main grid).')
+                  'resnet10,vgg11, with options as methods have them, e.g. '
+                  'resnet10:width=0.25 (SimpleCNN comes from the main '
+                  'grid).')
 flags.DEFINE_string('architecture_setting', 'cifar10:shards=2',
                     'Setting of Table VII.')
 flags.DEFINE_list('architecture_methods', ['fedavg', 'fedprox', 'fedcurv',
@@ -185,7 +187,8 @@ def augmentation(dataset: str) -> str:
   return 'normalize' if dataset == 'mnist' else 'crop_flip_normalize'
 
 
-def make_config(setting: str, seed: int, *, model=None, local_epochs=None,
+def make_config(setting: str, seed: int, *, model=None, model_options=None,
+                local_epochs=None,
                 participation_rate=None) -> experiment.ExperimentConfig:
   dataset, kind, params = parse_setting(setting)
   rate = participation_rate or FLAGS.participation_rate
@@ -194,7 +197,8 @@ def make_config(setting: str, seed: int, *, model=None, local_epochs=None,
       partition_params=params, num_clients=FLAGS.num_clients,
       clients_per_round=max(1, int(round(rate * FLAGS.num_clients))),
       max_train_samples=FLAGS.max_train_samples,
-      model=model or FLAGS.model, rounds=FLAGS.rounds,
+      model=model or FLAGS.model, model_options=dict(model_options or {}),
+      rounds=FLAGS.rounds,
       local_epochs=local_epochs or FLAGS.local_epochs,
       batch_size=FLAGS.batch_size, optimizer='sgd',
       learning_rate=FLAGS.learning_rate, momentum=FLAGS.momentum,
@@ -428,7 +432,7 @@ def write_tables(settings, seeds) -> None:
               ['fedavg'] + FLAGS.ablation + ['fedpsd'],
               FLAGS.ablation_settings, cell)
   if FLAGS.architectures:
-    archs = [FLAGS.model] + FLAGS.architectures
+    archs = list(dict.fromkeys([FLAGS.model] + FLAGS.architectures))
 
     def by_arch(arch):
       return (FLAGS.architecture_setting,
@@ -506,6 +510,8 @@ def main(argv):
   for m in (FLAGS.methods + FLAGS.ablation + FLAGS.architecture_methods
             + FLAGS.sweep_methods):
     grid.parse_method(m)
+  for arch in FLAGS.architectures:
+    grid.parse_encoder(arch)
   check_sweeps(settings)
   seeds = [int(s) for s in FLAGS.seeds]
   os.makedirs(FLAGS.output_dir, exist_ok=True)
@@ -521,8 +527,9 @@ def main(argv):
     run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods)
   for arch in FLAGS.architectures:
     if arch != FLAGS.model:
+      name, options = grid.parse_encoder(arch)
       run_cells(FLAGS.architecture_setting, seeds, FLAGS.architecture_methods,
-                variant=arch, model=arch)
+                variant=arch, model=name, model_options=options)
   for sweep in sweeps().values():
     for x, variant in sweep_points(sweep):
       if variant:    # the main grid's value ran above

@@ -8,7 +8,8 @@ with checkpoints resumes (also to run more rounds than it had).
 
 Methods are registered algorithm names with optional hyperparameters,
 `name:key=value;key=value`, values in JSON (`ditto:lambda_=0.01`,
-`fedpsd:rhpk=false;psd=true`).
+`fedpsd:rhpk=false;psd=true`); encoders of the architecture sweeps take
+options the same way (`resnet10:width=0.25`).
 """
 
 import copy
@@ -17,12 +18,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Optional
 
 from absl import app
 import numpy as np
 
+import keras_models
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
 
@@ -34,17 +36,19 @@ def safe_name(text: str) -> str:
   return _SAFE.sub('_', text)
 
 
-def parse_method(text: str) -> tuple[str, dict[str, Any]]:
-  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...})."""
+def parse_spec(text: str, known: Collection[str],
+               what: str) -> tuple[str, dict[str, Any]]:
+  """'name:key=value;key=value' -> ('name', {key: value}), values in JSON;
+  a UsageError naming `what` for an unknown name or a malformed item."""
   name, _, params = text.partition(':')
-  if name not in algorithms.ALGORITHMS:
-    raise app.UsageError(f'unknown method {name!r}; known: '
-                         f'{sorted(algorithms.ALGORITHMS)}.')
+  if name not in known:
+    raise app.UsageError(f'unknown {what} {name!r}; known: '
+                         f'{sorted(known)}.')
   out = {}
   for item in filter(None, params.split(';')):
     key, sep, value = item.partition('=')
     if not sep or not key:
-      raise app.UsageError(f'method parameter {item!r} of {text!r} must be '
+      raise app.UsageError(f'{what} parameter {item!r} of {text!r} must be '
                            'key=value.')
     try:
       out[key] = json.loads(value)
@@ -52,6 +56,22 @@ def parse_method(text: str) -> tuple[str, dict[str, Any]]:
       raise app.UsageError(f'value of {key} in {text!r} is not JSON: '
                            f'{value!r}') from e
   return name, out
+
+
+def parse_method(text: str) -> tuple[str, dict[str, Any]]:
+  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...})."""
+  return parse_spec(text, algorithms.ALGORITHMS, 'method')
+
+
+def parse_encoder(text: str) -> tuple[str, dict[str, Any]]:
+  """'resnet10:width=0.25' -> ('resnet10', {'width': 0.25}): an encoder of
+  `keras_models.ENCODERS` and options its builder accepts."""
+  name, options = parse_spec(text, keras_models.ENCODERS, 'encoder')
+  try:
+    keras_models.check_encoder_options(name, options)
+  except TypeError as e:
+    raise app.UsageError(f'{text!r}: {e}') from e
+  return name, options
 
 
 def method_params(method: str,

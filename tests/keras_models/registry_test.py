@@ -91,6 +91,14 @@ def test_unknown_options_are_named():
     registry.build_head('linear', 4, 2, bias=False)
   with pytest.raises(TypeError, match='width'):
     registry.build_model('mlp', (4,), 2, encoder_options={'width': 2})
+  # The same check without building anything, as programs run it on their
+  # flags before hours of other cells.
+  keras_models.check_encoder_options('vgg11', {'width': 0.25})
+  with pytest.raises(TypeError, match="encoder 'vgg11' got unknown option"
+                     r'\(s\) depth'):
+    keras_models.check_encoder_options('vgg11', {'depth': 11})
+  with pytest.raises(keras_models.UnknownNameError, match='known encoders'):
+    keras_models.check_encoder_options('vgg16', {})
 
 
 def test_build_model_structure_and_variable_order():

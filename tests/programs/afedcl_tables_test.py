@@ -77,7 +77,7 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
 def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   # Finished cells planted as summaries; --write_only trains nothing.
   accs = {('disjoint_3_k10', 0): 0.50, ('disjoint_3_k10', 1): 0.70,
-          ('disjoint_3_k10_resnet10', 0): 0.40,
+          ('disjoint_3_k10_resnet10_width=0.5', 0): 0.40,
           ('disjoint_3_k10_K2', 0): 0.30, ('disjoint_3_k10_K2', 1): 0.20}
   for (folder, seed), acc in accs.items():
     cell = tmp_path / folder / f'seed{seed}' / 'fedavg'
@@ -87,16 +87,22 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
         'personal/macro_f1_mean': acc}}))
   proc = _run(['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
                '--seeds=0,1', '--methods=fedavg', '--sweep_methods=fedavg',
-               '--model=mlp', '--backbones=resnet10', '--client_counts=2',
+               '--model=mlp', '--backbones=resnet10:width=0.5', '--client_counts=2',
                '--total_samples=20', '--rounds=1', '--write_only',
                f'--output_dir={tmp_path}'], timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:]
   assert 'personalized acc' not in proc.stdout
   fig9a = (tmp_path / 'fig9a_backbones.md').read_text().splitlines()
-  assert fig9a[:3] == ['| method | mlp | resnet10 |', '|---|---|---|',
+  assert fig9a[:3] == ['| method | mlp | resnet10:width=0.5 |', '|---|---|---|',
                        '| fedavg | 60.00 ± 10.00 | 40.00 (1 seed) |']
   fig9b = (tmp_path / 'fig9b_clients.md').read_text().splitlines()
   assert fig9b[:3] == ['| method | 2 |', '|---|---|',
                        '| fedavg | 25.00 ± 5.00 |']
   for fig in ('fig9a_backbones.png', 'fig9b_clients.png'):
     assert (tmp_path / fig).stat().st_size > 1000
+  # A backbone option its encoder does not take is refused up front.
+  bad = _run(['--dataset=digits', '--backbones=resnet10:depth=10',
+              '--write_only', f'--output_dir={tmp_path}'], timeout=300)
+  assert bad.returncode != 0
+  assert "encoder 'resnet10' got unknown option(s) depth" in bad.stdout, (
+      bad.stdout[-2000:])

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 
@@ -15,7 +16,8 @@ def run_program(module: str, args: list[str], timeout: int = 600):
   the call hang until the timeout (field guide pitfall 10).
   """
   env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL='2')
-  cmd = ' '.join([sys.executable, '-m', module] + args) + ' 2>&1 | cat'
+  # Quoted: a method or encoder spec may hold ';' (`moon:mu=1;temperature=1`).
+  cmd = shlex.join([sys.executable, '-m', module] + args) + ' 2>&1 | cat'
   return subprocess.run(['bash', '-o', 'pipefail', '-c', cmd], cwd=ROOT,
                         env=env, capture_output=True, text=True,
                         timeout=timeout)

@@ -19,7 +19,8 @@ def test_grid_writes_tables_and_resumes(tmp_path):
           '--methods=fedavg,fedpsd', '--ablation=fedpsd:psd=false',
           '--ablation_settings=digits:shards=2',
           '--architecture_methods=fedavg', '--sweep_methods=fedavg',
-          '--architectures=resnet10', '--architecture_setting=digits:shards=2',
+          '--architectures=resnet10:width=0.25',
+          '--architecture_setting=digits:shards=2',
           '--epoch_sweep=1', '--participation_sweep=1.0',
           '--num_clients=6', '--participation_rate=0.5', '--rounds=2',
           '--local_epochs=2', '--batch_size=10', '--model=mlp',
@@ -54,8 +55,14 @@ def test_grid_writes_tables_and_resumes(tmp_path):
       assert method not in table4
   assert (tmp_path / 'fig3_curves_digits_shards=2.png').stat().st_size > 1000
   table7 = (tmp_path / 'table7.md').read_text()
-  assert '| fedavg |' in table7 and 'resnet10' in table7
-  assert 'Missing' not in table7
+  assert '| method | mlp | resnet10:width=0.25 |' in table7
+  assert '| fedavg |' in table7 and 'Missing' not in table7
+  # The encoder's options reach the model: a quarter-width ResNet-10.
+  arch_cell = (tmp_path / 'digits_shards=2_resnet10_width=0.25' / 'seed0'
+               / 'fedavg' / 'summary.json')
+  config = json.loads(arch_cell.read_text())['config']
+  assert (config['model'], config['model_options']) == (
+      'resnet10', {'width': 0.25})
   for fig in ('fig4_local_epochs.png', 'fig5_participation.png'):
     assert (tmp_path / fig).stat().st_size > 1000
   # The figures' numbers: the main grid's value (2 epochs, rate 0.5) and
@@ -101,7 +108,9 @@ def test_grid_writes_tables_and_resumes(tmp_path):
 
 def test_sweep_values_are_checked_and_no_setting_still_writes(tmp_path):
   for flag, message in (('--epoch_sweep=1,2.5', "got '2.5'"),
-                        ('--participation_sweep=0', "got '0'")):
+                        ('--participation_sweep=0', "got '0'"),
+                        ('--architectures=vgg11:width=0.5;depth=8',
+                         "encoder 'vgg11' got unknown option(s) depth")):
     proc = _run(['--settings=digits:shards=2', flag, '--write_only',
                  f'--output_dir={tmp_path}'])
     assert proc.returncode != 0

@@ -1,7 +1,9 @@
 """Tests for programs.grid (cell bookkeeping; no training)."""
 
 import json
+import re
 
+from absl import app
 import pytest
 
 from programs import grid
@@ -82,6 +84,29 @@ def test_method_params_spec_overrides_defaults():
   assert grid.algorithm_params('fedavg') == {'fedavg': {}}
   assert grid.method_params('moon:mu=5;temperature=1', {'mu': 0.1}) == (
       'moon', {'mu': 5, 'temperature': 1})
+
+
+def test_method_and_encoder_specs_are_parsed_and_checked():
+  assert grid.parse_method('fedpsd:psd=false;alpha=0.5') == (
+      'fedpsd', {'psd': False, 'alpha': 0.5})
+  assert grid.parse_encoder('resnet10:width=0.25') == (
+      'resnet10', {'width': 0.25})
+  assert grid.parse_encoder('vgg11') == ('vgg11', {})
+  for text, message in (
+      ('fedsgd', "unknown method 'fedsgd'; known: ["),
+      ('moon:mu', "method parameter 'mu' of 'moon:mu' must be key=value"),
+      ('moon:mu=one', "value of mu in 'moon:mu=one' is not JSON"),
+  ):
+    with pytest.raises(app.UsageError, match=re.escape(message)):
+      grid.parse_method(text)
+  for text, message in (
+      ('resnet34', "unknown encoder 'resnet34'; known: ["),
+      ('vgg11:depth=11', "'vgg11:depth=11': encoder 'vgg11' got unknown "
+       'option(s) depth'),
+      ('resnet10:width', "encoder parameter 'width' of 'resnet10:width'"),
+  ):
+    with pytest.raises(app.UsageError, match=re.escape(message)):
+      grid.parse_encoder(text)
 
 
 def test_mean_std_marks_a_single_seed():
