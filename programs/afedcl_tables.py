@@ -502,7 +502,7 @@ def write_fig9(partition, shots, seeds, counts) -> None:
                                      '' if b == FLAGS.model else b)
             for m in FLAGS.sweep_methods for b in backbones}
     write_md('fig9a_backbones.md', backbones, accs)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(7.5, 3.5))
     width = 0.8 / len(FLAGS.sweep_methods)
     for i, method in enumerate(FLAGS.sweep_methods):
       found = [(j + i * width, accs[method, b])
@@ -512,7 +512,8 @@ def write_fig9(partition, shots, seeds, counts) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(backbones))])
     ax.set_xticklabels(backbones)
     ax.set_ylabel('mean personalized accuracy (%)')
-    ax.legend(fontsize=7)
+    # Beside the axes: inside, it covers bars as methods are added.
+    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(os.path.join(FLAGS.output_dir, 'fig9a_backbones.png'))
     plt.close(fig)
