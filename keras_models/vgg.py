@@ -1,12 +1,13 @@
 """VGG-11 encoder (Simonyan & Zisserman, 2015, configuration "A").
 
 Convolutional configuration `[64, M, 128, M, 256, 256, M, 512, 512, M, 512,
-512, M]` (each width times `width`, rounded, at least 1): 3x3 'same' convolutions with bias and ReLU (optionally conv ->
-batch norm -> ReLU, as torchvision's `vgg11_bn`), `M` a 2x2 max-pool. The
-final map is flattened when it is 1x1 (e.g. 32x32 inputs) and globally
-average pooled otherwise, giving `round(512 * width)` features; an optional ReLU dense layer
-of `hidden` units follows. The convolutional part has 9,220,480 parameters,
-like torchvision's `vgg11().features`.
+512, M]`, each width times `width` (rounded, at least 1): 3x3 'same'
+convolutions with bias and ReLU (optionally conv -> batch norm -> ReLU, as
+torchvision's `vgg11_bn`), `M` a 2x2 max-pool. The final map is flattened
+when it is 1x1 (e.g. 32x32 inputs) and globally average pooled otherwise,
+giving `round(512 * width)` features; an optional ReLU dense layer of
+`hidden` units follows. At `width=1` the convolutional part has 9,220,480
+parameters, like torchvision's `vgg11().features`.
 """
 
 from collections.abc import Sequence
