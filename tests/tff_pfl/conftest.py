@@ -74,6 +74,23 @@ def eager_sgd(spec, weights, dataset, *, epochs, lr, num_last=None):
   return model
 
 
+def round_then_shift_statistics(process, datasets, shift=3.0):
+  """One round from initial client states; returns `(server state, the
+  same state with every global non-trainable weight (BatchNorm moving
+  statistics) moved by `shift`, the clients' states)`: for tests that the
+  clients' own statistics, not the server's, reach a client's model."""
+  state = process.initialize()
+  states = [process.initial_client_state(str(i))
+            for i in range(len(datasets))]
+  state, states, _ = process.next(state, states, datasets)
+  shifted = state._replace(
+      global_model_weights=tff.learning.models.ModelWeights(
+          trainable=state.global_model_weights.trainable,
+          non_trainable=[np.asarray(t) + shift for t in
+                         state.global_model_weights.non_trainable]))
+  return state, shifted, states
+
+
 def eager_fedavg_round(spec, weights, datasets, *, epochs, lr):
   """Reference: one FedAvg round written out eagerly for equal-sized
   clients, whose new global model is the plain mean of their `eager_sgd`

@@ -39,6 +39,22 @@ server still averages the uploaded encoders, which nothing then reads
 point only: it starts each round's encoder from the average; with the
 switches on, AFedCL reaches the average through L_D and the fusion instead.
 
+BatchNorm statistics of E_G (`local_statistics`). The global encoder's
+non-trainable weights (BatchNorm moving statistics) are by default the
+server's, i.e. the average of the clients' E_k statistics (TFF's treatment,
+`finalizers`), and E_G runs in inference mode with them in both stages and
+in the fused model: a client with two classes normalises its E_G features
+with statistics of every client's data. With `local_statistics=True` E_G's
+statistics are the client's own, estimated for E_G on its data, as FedBN
+keeps normalisation local: in both stages E_G runs in training mode
+(normalising with batch statistics, as E_k does; its weights stay frozen,
+only the moving statistics move) starting from the statistics the client
+kept after its previous round, and the fused model is evaluated with them.
+A first-time client starts from the broadcast ones. The upload (E_k after
+stage 1, with E_k's statistics) is unchanged. This is FedPer/FedRep's
+`local_statistics` (`templates.personal_head`) for AFedCL's shared part;
+the paper does not say how its global encoder's normalisation is run.
+
 Defaults: lambda = 0.1 (the paper picks lambda from {0.01, 0.1, 1} per data
 set), A_k starts at 0.5 (a_k = 0), discriminator hidden width 256 (the paper
 says "two dense layers" without widths), L_D clip bound 10 (our choice:
@@ -80,6 +96,17 @@ class AFedCLClientState(NamedTuple):
   num_participations: Any
 
 
+class AFedCLStatisticsClientState(NamedTuple):
+  """`AFedCLClientState` plus E_G's statistics on this client's data
+  (`local_statistics=True`)."""
+  model_weights: Any
+  discriminator: Any
+  fusion_logit: Any
+  discrimination_loss: Any
+  num_participations: Any
+  global_statistics: Any        # E_G's non-trainable tensors, client's own
+
+
 def build_afedcl(
     spec: model_spec_lib.ModelSpec,
     *,
@@ -95,6 +122,7 @@ def build_afedcl(
     initial_fusion_weight: float = 0.5,
     discriminator_hidden: int = 256,
     max_discrimination_loss: float = 10.0,
+    local_statistics: bool = False,
     seed: int = 0,
 ) -> process_lib.PersonalizedProcess:
   """Builds AFedCL; see the module docstring for the method and switches.
@@ -112,6 +140,8 @@ def build_afedcl(
     initial_fusion_weight: A_k at the start, in (0, 1).
     discriminator_hidden: width of D_k's hidden layer.
     max_discrimination_loss: clip bound of reported L_D values.
+    local_statistics: run E_G with the client's own BatchNorm statistics
+      instead of the server's averaged ones (module docstring).
     seed: seeds the discriminators' initial weights.
   """
   if lambda_ < 0:
@@ -122,7 +152,14 @@ def build_afedcl(
   if local_epochs < 1:
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
   feature_dim, n_enc, n_enc_nt = spec.encoder_sizes('AFedCL')
+  if local_statistics and not n_enc_nt:
+    raise ValueError(
+        'AFedCL local_statistics=True but the encoder has no non-trainable '
+        'weights (no BatchNorm): there are no statistics to keep local.')
   grl_weight = float(lambda_) if dcc else 0.0
+  # E_G normalises with batch statistics in training when its statistics
+  # are the client's (and so moves them); with the server's, it never does.
+  global_training = bool(local_statistics)
 
   def make_discriminator():
     return keras_models.build_discriminator(feature_dim,
@@ -136,19 +173,37 @@ def build_afedcl(
 
   weights_type = spec.weights_type()
   broadcast_type = process_lib.broadcast_type(weights_type)
-  state_type = tff.types.tensorflow_to_type(AFedCLClientState(
+  state_fields = dict(
       model_weights=weights_type,
       discriminator=[tf.TensorSpec(v.shape, v.dtype) for v in init_disc],
       fusion_logit=tf.TensorSpec([], tf.float32),
       discrimination_loss=tf.TensorSpec([], tf.float32),
-      num_participations=tf.TensorSpec([], tf.int32)))
+      num_participations=tf.TensorSpec([], tf.int32))
+  if local_statistics:
+    state_type = tff.types.tensorflow_to_type(AFedCLStatisticsClientState(
+        **state_fields, global_statistics=[
+            tf.TensorSpec(t.shape, t.dtype)
+            for t in initial_weights.non_trainable[:n_enc_nt]]))
+  else:
+    state_type = tff.types.tensorflow_to_type(
+        AFedCLClientState(**state_fields))
 
-  def assign_global_encoder(global_model, weights):
+  def global_encoder_statistics(weights, state):
+    """E_G's non-trainable weights: the server's, or with
+    `local_statistics` the client's own once it has trained."""
+    server = list(weights.non_trainable[:n_enc_nt])
+    if not local_statistics:
+      return server
+    initialized = tf.convert_to_tensor(state.num_participations) > 0
+    return local_training.select(initialized, list(state.global_statistics),
+                                 server)
+
+  def assign_global_encoder(global_model, weights, state):
     encoder = global_model.get_layer('encoder')
     for v, w in zip(encoder.trainable_weights, weights.trainable[:n_enc]):
       v.assign(w)
     for v, w in zip(encoder.non_trainable_weights,
-                    weights.non_trainable[:n_enc_nt]):
+                    global_encoder_statistics(weights, state)):
       v.assign(w)
 
   @tf.function
@@ -156,7 +211,7 @@ def build_afedcl(
                     state, dataset, round_num):
     start = process_lib._as_model_weights(state.model_weights)  # pylint: disable=protected-access
     model_spec_lib.assign_weights(local_model, start)
-    assign_global_encoder(global_model, global_weights)
+    assign_global_encoder(global_model, global_weights, state)
     for v, w in zip(disc.trainable_weights, state.discriminator):
       v.assign(w)
     logit.assign(state.fusion_logit)
@@ -172,7 +227,7 @@ def build_afedcl(
     # on; it adds no gradient and does not change training.
     def dcc_forward(batch, correct):
       f_l = enc_l(batch['x'], training=True)
-      f_g = tf.stop_gradient(enc_g(batch['x'], training=False))
+      f_g = tf.stop_gradient(enc_g(batch['x'], training=global_training))
       d_l = disc(keras_models.reverse_gradient(f_l, grl_weight))
       d_g = disc(f_g)
       n = tf.cast(tf.shape(batch['y'])[0], tf.float32)
@@ -194,7 +249,7 @@ def build_afedcl(
     # Stage 2: adaptive feature fusion (Eqs. 9-11).
     if aff:
       def aff_forward(batch):
-        f = fusion.fuse(enc_g(batch['x'], training=False),
+        f = fusion.fuse(enc_g(batch['x'], training=global_training),
                         enc_l(batch['x'], training=True), logit)
         return head(f, training=True), tf.constant(0.0)
 
@@ -227,13 +282,20 @@ def build_afedcl(
         score=tf.where(finite, ld, 0.0),
         num_examples=tf.where(finite, stage1['num_examples'] /
                               float(local_epochs), 0.0))
-    new_state = AFedCLClientState(
+    new_fields = dict(
         model_weights=local_training.select(finite, final, start),
         discriminator=local_training.select(finite, new_disc,
                                             list(state.discriminator)),
         fusion_logit=tf.where(finite, new_logit, state.fusion_logit),
         discrimination_loss=tf.where(finite, ld, state.discrimination_loss),
         num_participations=state.num_participations + 1)
+    if local_statistics:
+      new_state = AFedCLStatisticsClientState(
+          **new_fields, global_statistics=local_training.select(
+              finite, [tf.identity(v) for v in enc_g.non_trainable_variables],
+              global_encoder_statistics(global_weights, state)))
+    else:
+      new_state = AFedCLClientState(**new_fields)
     metrics = collections.OrderedDict(
         loss_sum=tf.where(finite, loss_sum, 0.0), num_examples=num,
         non_finite=1.0 - tf.cast(finite, tf.float32),
@@ -258,7 +320,7 @@ def build_afedcl(
   def fused_eval(local_model, global_model, global_weights, state, dataset):
     model_spec_lib.assign_weights(
         local_model, process_lib._as_model_weights(state.model_weights))  # pylint: disable=protected-access
-    assign_global_encoder(global_model, global_weights)
+    assign_global_encoder(global_model, global_weights, state)
     enc_l = local_model.get_layer('encoder')
     head = local_model.get_layer('head')
     enc_g = global_model.get_layer('encoder')
@@ -282,20 +344,27 @@ def build_afedcl(
     model_spec_lib.assign_weights(
         local_model, process_lib._as_model_weights(client_state.model_weights))  # pylint: disable=protected-access
     assign_global_encoder(global_model,
-                          process_lib._as_model_weights(global_weights))  # pylint: disable=protected-access
+                          process_lib._as_model_weights(global_weights),  # pylint: disable=protected-access
+                          client_state)
     local = local_model.get_layer('encoder')(x, training=False)
     if not aff:
       return local
     return fusion.fuse(global_model.get_layer('encoder')(x, training=False),
                        local, client_state.fusion_logit)
 
-  def initial_state(client_id: str) -> AFedCLClientState:
+  def initial_state(client_id: str) -> Any:
     del client_id
-    return AFedCLClientState(
+    fields = dict(
         model_weights=tf.nest.map_structure(np.copy, initial_weights),
         discriminator=[np.copy(v) for v in init_disc],
         fusion_logit=init_logit, discrimination_loss=np.float32(0.0),
         num_participations=np.int32(0))
+    if local_statistics:
+      # Never read before the first round (num_participations == 0).
+      return AFedCLStatisticsClientState(
+          **fields, global_statistics=[
+              np.copy(t) for t in initial_weights.non_trainable[:n_enc_nt]])
+    return AFedCLClientState(**fields)
 
   work = process_lib.ClientWork(
       update=update, state_type=state_type, initial_state=initial_state,

@@ -182,3 +182,93 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="'encoder' and 'head'"):
     afedcl.build_afedcl(plain, initial_weights=plain.initial_weights(0),
                         client_optimizer=opt)
+
+
+def _batch_norm_spec():
+  """The test MLP with a BatchNorm layer in its encoder."""
+  def keras_model_fn():
+    features = tf.keras.Input((helpers.NUM_FEATURES,))
+    hidden = tf.keras.layers.Dense(8, activation='relu')(features)
+    encoder = tf.keras.Model(
+        features, tf.keras.layers.BatchNormalization()(hidden),
+        name='encoder')
+    head = tf.keras.Sequential(
+        [tf.keras.Input((8,)), tf.keras.layers.Dense(helpers.NUM_CLASSES)],
+        name='head')
+    inputs = tf.keras.Input((helpers.NUM_FEATURES,))
+    return tf.keras.Model(inputs, head(encoder(inputs)))
+  return model_spec.ModelSpec(keras_model_fn, SPEC.input_spec,
+                              'classification', helpers.NUM_CLASSES)
+
+
+def test_local_statistics_run_the_global_encoder_with_the_clients_own():
+  """`local_statistics=True`: from its second round on a client runs E_G
+  with the BatchNorm statistics it estimated on its own data, in training
+  and in the evaluated fused model, whatever the server's statistics; by
+  default E_G runs with the server's (averaged) ones."""
+  spec = _batch_norm_spec()
+  w0 = spec.initial_weights(seed=4)
+
+  def two_rounds(local_statistics):
+    process = afedcl.build_afedcl(
+        spec, initial_weights=w0, local_statistics=local_statistics,
+        lambda_=1.0, client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+    state, shifted, states = helpers.round_then_shift_statistics(process,
+                                                                 DATA)
+    _, a, _ = process.next(state, list(states), DATA)
+    _, b, _ = process.next(shifted, list(states), DATA)
+    fresh = [process.initial_client_state(str(i)) for i in range(3)]
+    # [own, first-time] x [server statistics, shifted ones]
+    evaluations = [
+        [r['loss_sum'] for r in process.evaluate(s, c, DATA)['personal']]
+        for c in (states, fresh) for s in (state, shifted)]
+    return process, state, states, a, b, evaluations
+
+  process, state, states, a, b, evaluations = two_rounds(True)
+  own, own_shifted, fresh, fresh_shifted = evaluations
+  np.testing.assert_allclose(own, own_shifted, rtol=1e-6)
+  for x, y in zip(a, b):
+    for u, v in zip(
+        list(x.model_weights.trainable) + list(x.discriminator) +
+        list(x.global_statistics),
+        list(y.model_weights.trainable) + list(y.discriminator) +
+        list(y.global_statistics)):
+      np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+  # A first-time client runs E_G with the server's statistics.
+  for x, y in zip(fresh, fresh_shifted):
+    assert x != pytest.approx(y, rel=1e-3)
+  # Round 1 estimated E_G's statistics on each client's data: they moved
+  # from the broadcast (initial) ones, differently per client, and are not
+  # E_k's statistics.
+  moving_mean = [s.global_statistics[0] for s in states]
+  assert not np.allclose(moving_mean[0], w0.non_trainable[0])
+  assert not np.allclose(moving_mean[0], moving_mean[1])
+  assert not np.allclose(moving_mean[0], states[0].model_weights.non_trainable[0])
+  # The evaluated model is C_k(A E_G(x) + (1 - A) E_k(x)) with E_G's
+  # weights from the server and its statistics from the client.
+  stats = process.evaluate(state, states, DATA)
+  for k, (x, y) in enumerate(ARRAYS):
+    local = spec.keras_model_fn()
+    model_spec.assign_weights(local, states[k].model_weights)
+    glob = spec.keras_model_fn()
+    model_spec.assign_weights(glob, tff.learning.models.ModelWeights(
+        trainable=state.global_model_weights.trainable,
+        non_trainable=list(states[k].global_statistics)))
+    a_k = float(fusion.fusion_weight(states[k].fusion_logit))
+    f = (a_k * glob.get_layer('encoder')(x, training=False) +
+         (1 - a_k) * local.get_layer('encoder')(x, training=False))
+    logits = local.get_layer('head')(f, training=False)
+    want = float(tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(
+        y, logits, from_logits=True)))
+    assert stats['personal'][k]['loss_sum'] == pytest.approx(want, rel=1e-5)
+  # By default the +3 shift of the server's statistics moves every
+  # client's evaluation and its next round.
+  _, _, _, a, b, evaluations = two_rounds(False)
+  for x, y in zip(evaluations[0], evaluations[1]):   # own, shifted
+    assert x != pytest.approx(y, rel=1e-3)
+  assert not np.allclose(a[0].model_weights.trainable[0],
+                         b[0].model_weights.trainable[0])
+  with pytest.raises(ValueError, match='no non-trainable weights'):
+    afedcl.build_afedcl(SPEC, initial_weights=W0, local_statistics=True,
+                        client_optimizer=tff.learning.optimizers.build_sgdm(
+                            0.1))

@@ -173,14 +173,7 @@ def test_fedper_and_fedrep_local_statistics_keep_batch_norm_on_the_client():
   def two_rounds(build, local_statistics):
     process = build(spec, initial_weights=w0, local_statistics=local_statistics,
                     client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
-    state = process.initialize()
-    states = [process.initial_client_state(str(i)) for i in range(2)]
-    state, states, _ = process.next(state, states, data)
-    other = state._replace(
-        global_model_weights=tff.learning.models.ModelWeights(
-            trainable=state.global_model_weights.trainable,
-            non_trainable=[np.asarray(t) + 3.0 for t in
-                           state.global_model_weights.non_trainable]))
+    state, other, states = helpers.round_then_shift_statistics(process, data)
     _, a, _ = process.next(state, list(states), data)
     _, b, _ = process.next(other, list(states), data)
     evaluations = [

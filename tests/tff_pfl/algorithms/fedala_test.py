@@ -240,14 +240,8 @@ def test_an_initialized_client_keeps_its_own_batch_norm_statistics():
   process = fedala.build_fedala(
       spec, initial_weights=spec.initial_weights(seed=0),
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
-  state = process.initialize()
-  states = [process.initial_client_state(str(i)) for i in range(2)]
-  state, states, _ = process.next(state, states, data)
-  # Another global moving mean and variance, same trainable weights.
-  other = state._replace(global_model_weights=ModelWeights(
-      trainable=state.global_model_weights.trainable,
-      non_trainable=[np.asarray(t) + 3.0
-                     for t in state.global_model_weights.non_trainable]))
+  # `other`: another global moving mean and variance, same trainable weights.
+  state, other, states = helpers.round_then_shift_statistics(process, data)
   _, a, _ = process.next(state, list(states), data)
   _, b, _ = process.next(other, list(states), data)
   for x, y in zip(a, b):
