@@ -194,9 +194,8 @@ def build_afedcl(
     server = list(weights.non_trainable[:n_enc_nt])
     if not local_statistics:
       return server
-    initialized = tf.convert_to_tensor(state.num_participations) > 0
-    return local_training.select(initialized, list(state.global_statistics),
-                                 server)
+    return client_works.own_statistics_once_trained(
+        state.global_statistics, server, state.num_participations)
 
   def assign_global_encoder(global_model, weights, state):
     encoder = global_model.get_layer('encoder')

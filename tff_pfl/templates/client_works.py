@@ -149,6 +149,19 @@ def model_delta(start: Any, final: Any) -> ModelWeights:
       non_trainable=list(final.non_trainable))
 
 
+def own_statistics_once_trained(own: Any, server: Any,
+                                num_participations: Any) -> list[Any]:
+  """A client's own non-trainable weights (BatchNorm statistics) once it
+  has trained (`num_participations > 0`), else the server's.
+
+  For methods that keep statistics on the client (FedBN's treatment): a
+  first-time client has none of its own yet. Takes tensors or numpy arrays
+  (evaluation passes numpy client states) and returns tensors.
+  """
+  trained = tf.convert_to_tensor(num_participations) > 0
+  return local_training.select(trained, list(own), list(server))
+
+
 def zeros_like_weights(weights: Any) -> ModelWeights:
   return tf.nest.map_structure(tf.zeros_like, ModelWeights(
       trainable=list(weights.trainable),

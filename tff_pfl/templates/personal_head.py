@@ -58,21 +58,13 @@ def with_head(weights: Any, head: Any, num_head: int) -> ModelWeights:
 
 
 def _with_statistics(weights: Any, state: Any) -> ModelWeights:
-  """`weights` with the client's own non-trainable weights, once it has any.
-
-  A client that never trained (`num_participations == 0`) keeps those of
-  `weights` (the global model's). Works on tensors and on numpy arrays.
-  """
-  if isinstance(state.num_participations, tf.Tensor):
-    initialized = state.num_participations > 0
-    non_trainable = local_training.select(
-        initialized, list(state.statistics), list(weights.non_trainable))
-  elif int(state.num_participations) > 0:
-    non_trainable = list(state.statistics)
-  else:
-    non_trainable = list(weights.non_trainable)
-  return ModelWeights(trainable=list(weights.trainable),
-                      non_trainable=non_trainable)
+  """`weights` with the client's own non-trainable weights, once it has any
+  (a client that never trained keeps those of `weights`, the global
+  model's)."""
+  return ModelWeights(
+      trainable=list(weights.trainable),
+      non_trainable=client_works.own_statistics_once_trained(
+          state.statistics, weights.non_trainable, state.num_participations))
 
 
 def build_personal_head_client_work(
