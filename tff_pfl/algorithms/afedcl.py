@@ -48,8 +48,9 @@ with statistics of every client's data. With `local_statistics=True` E_G's
 statistics are the client's own, estimated for E_G on its data, as FedBN
 keeps normalisation local: in both stages E_G runs in training mode
 (normalising with batch statistics, as E_k does; its weights stay frozen,
-only the moving statistics move) starting from the statistics the client
-kept after its previous round, and the fused model is evaluated with them.
+only the moving statistics move; an encoder with dropout also drops
+units there) starting from the statistics the client kept after its
+previous round, and the fused model (with `aff`) is evaluated with them.
 A first-time client starts from the broadcast ones. The upload (E_k after
 stage 1, with E_k's statistics) is unchanged. This is FedPer/FedRep's
 `local_statistics` (`templates.personal_head`) for AFedCL's shared part;
@@ -264,8 +265,12 @@ def build_afedcl(
     final = model_spec_lib.read_weights(local_model)
     new_disc = [tf.identity(v) for v in disc.trainable_variables]
     new_logit = tf.identity(logit)
+    # E_G's statistics after both stages (they move only in training mode).
+    new_global_statistics = [tf.identity(v)
+                             for v in enc_g.non_trainable_variables]
     finite = tf.logical_and(
-        local_training.all_finite((final, new_disc, new_logit, after_dcc)),
+        local_training.all_finite((final, new_disc, new_logit, after_dcc,
+                                   new_global_statistics)),
         tf.logical_and(tf.math.is_finite(loss_sum), tf.math.is_finite(ld)))
 
     # Upload E_k after stage 1 (Algorithm 1, line 17) as a pseudo-gradient
@@ -291,7 +296,7 @@ def build_afedcl(
     if local_statistics:
       new_state = AFedCLStatisticsClientState(
           **new_fields, global_statistics=local_training.select(
-              finite, [tf.identity(v) for v in enc_g.non_trainable_variables],
+              finite, new_global_statistics,
               global_encoder_statistics(global_weights, state)))
     else:
       new_state = AFedCLClientState(**new_fields)

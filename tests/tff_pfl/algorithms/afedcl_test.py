@@ -222,18 +222,26 @@ def test_local_statistics_run_the_global_encoder_with_the_clients_own():
     evaluations = [
         [r['loss_sum'] for r in process.evaluate(s, c, DATA)['personal']]
         for c in (states, fresh) for s in (state, shifted)]
-    return process, state, states, a, b, evaluations
+    return process, state, shifted, states, a, b, evaluations
 
-  process, state, states, a, b, evaluations = two_rounds(True)
+  process, state, shifted, states, a, b, evaluations = two_rounds(True)
   own, own_shifted, fresh, fresh_shifted = evaluations
   np.testing.assert_allclose(own, own_shifted, rtol=1e-6)
   for x, y in zip(a, b):
     for u, v in zip(
-        list(x.model_weights.trainable) + list(x.discriminator) +
-        list(x.global_statistics),
-        list(y.model_weights.trainable) + list(y.discriminator) +
-        list(y.global_statistics)):
+        list(x.model_weights.trainable) + list(x.model_weights.non_trainable)
+        + list(x.discriminator) + list(x.global_statistics) +
+        [x.fusion_logit],
+        list(y.model_weights.trainable) + list(y.model_weights.non_trainable)
+        + list(y.discriminator) + list(y.global_statistics) +
+        [y.fusion_logit]):
       np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+  # So are the fused features (eager, from numpy client states, Fig. 7).
+  x0 = ARRAYS[0][0]
+  np.testing.assert_allclose(
+      process.personal_features(state.global_model_weights, states[0], x0),
+      process.personal_features(shifted.global_model_weights, states[0], x0),
+      rtol=1e-6)
   # A first-time client runs E_G with the server's statistics.
   for x, y in zip(fresh, fresh_shifted):
     assert x != pytest.approx(y, rel=1e-3)
@@ -243,7 +251,8 @@ def test_local_statistics_run_the_global_encoder_with_the_clients_own():
   moving_mean = [s.global_statistics[0] for s in states]
   assert not np.allclose(moving_mean[0], w0.non_trainable[0])
   assert not np.allclose(moving_mean[0], moving_mean[1])
-  assert not np.allclose(moving_mean[0], states[0].model_weights.non_trainable[0])
+  assert not np.allclose(moving_mean[0],
+                         states[0].model_weights.non_trainable[0])
   # The evaluated model is C_k(A E_G(x) + (1 - A) E_k(x)) with E_G's
   # weights from the server and its statistics from the client.
   stats = process.evaluate(state, states, DATA)
@@ -263,7 +272,7 @@ def test_local_statistics_run_the_global_encoder_with_the_clients_own():
     assert stats['personal'][k]['loss_sum'] == pytest.approx(want, rel=1e-5)
   # By default the +3 shift of the server's statistics moves every
   # client's evaluation and its next round.
-  _, _, _, a, b, evaluations = two_rounds(False)
+  _, _, _, _, a, b, evaluations = two_rounds(False)
   for x, y in zip(evaluations[0], evaluations[1]):   # own, shifted
     assert x != pytest.approx(y, rel=1e-3)
   assert not np.allclose(a[0].model_weights.trainable[0],
