@@ -265,9 +265,11 @@ def build_afedcl(
     final = model_spec_lib.read_weights(local_model)
     new_disc = [tf.identity(v) for v in disc.trainable_variables]
     new_logit = tf.identity(logit)
-    # E_G's statistics after both stages (they move only in training mode).
-    new_global_statistics = [tf.identity(v)
-                             for v in enc_g.non_trainable_variables]
+    # E_G's statistics after both stages (they move only in training mode,
+    # i.e. only with `local_statistics`; otherwise they are the server's).
+    new_global_statistics = ([tf.identity(v)
+                              for v in enc_g.non_trainable_variables]
+                             if local_statistics else [])
     finite = tf.logical_and(
         local_training.all_finite((final, new_disc, new_logit, after_dcc,
                                    new_global_statistics)),
