@@ -14,6 +14,12 @@ prints `AttributeError: 'NoneType' object has no attribute 'Popen'` below
 the real error whenever a program fails early (e.g. on a bad flag).
 Collecting it in `atexit`, while the modules are still alive, ends the
 program on its own error message.
+
+Installing the context also warns once when protobuf runs as pure Python:
+TFF builds and calls computations through protobuf messages, and the
+pure-Python backend (protobuf 3.20 on Python 3.11, which has no compiled
+wheel for it) makes a small simulation about 2.5 times slower
+(BUILD_NOTES.md, "protobuf").
 """
 
 import atexit
@@ -22,6 +28,9 @@ import signal
 import time
 from typing import Optional
 
+from absl import logging
+import google.protobuf
+from google.protobuf.internal import api_implementation
 import psutil
 import tensorflow_federated as tff
 
@@ -80,6 +89,19 @@ def shutdown(timeout_s: float = 10.0) -> None:
   _installed = False
 
 
+def protobuf_backend() -> str:
+  """The protobuf implementation in use: 'upb', 'cpp' or 'python'."""
+  return api_implementation.Type()
+
+
+def _warn_if_pure_python_protobuf() -> None:
+  if protobuf_backend() == 'python':
+    logging.warning(
+        'protobuf %s runs as pure Python, which makes TFF several times '
+        'slower; install protobuf>=4.21.6 (requirements/lock.txt pins '
+        '4.25.3).', google.protobuf.__version__)
+
+
 def ensure_context(
     max_concurrent_computation_calls: Optional[int] = None,
 ) -> None:
@@ -94,6 +116,7 @@ def ensure_context(
     return
   cap = -1 if max_concurrent_computation_calls is None else int(
       max_concurrent_computation_calls)
+  _warn_if_pure_python_protobuf()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=cap)
   _installed = True

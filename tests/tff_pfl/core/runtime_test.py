@@ -48,3 +48,20 @@ def test_a_failing_program_ends_on_its_own_error():
   assert 'Exception ignored' not in result.stderr, result.stderr[-2000:]
   tail = [l for l in result.stderr.splitlines() if l.strip()][-1]
   assert tail == 'ValueError: bad input, named', tail
+
+
+def test_the_locked_stack_runs_compiled_protobuf():
+  # protobuf 3.20 has no compiled wheel for Python 3.11: it ran as pure
+  # Python and made every TFF build and call ~2.5x slower (BUILD_NOTES.md).
+  assert runtime.protobuf_backend() in ('upb', 'cpp')
+
+
+def test_pure_python_protobuf_is_warned_about(monkeypatch):
+  warnings = []
+  monkeypatch.setattr(runtime.logging, 'warning',
+                      lambda msg, *args: warnings.append(msg % args))
+  runtime._warn_if_pure_python_protobuf()  # pylint: disable=protected-access
+  assert not warnings
+  monkeypatch.setattr(runtime, 'protobuf_backend', lambda: 'python')
+  runtime._warn_if_pure_python_protobuf()  # pylint: disable=protected-access
+  assert len(warnings) == 1 and 'runs as pure Python' in warnings[0]
