@@ -15,7 +15,7 @@ the real error whenever a program fails early (e.g. on a bad flag).
 Collecting it in `atexit`, while the modules are still alive, ends the
 program on its own error message.
 
-Installing the context also warns once when protobuf runs as pure Python:
+Installing the context also logs a warning when protobuf runs as pure Python:
 TFF builds and calls computations through protobuf messages, and the
 pure-Python backend (protobuf 3.20 on Python 3.11, which has no compiled
 wheel for it) makes a small simulation about 2.5 times slower

@@ -65,3 +65,14 @@ def test_pure_python_protobuf_is_warned_about(monkeypatch):
   monkeypatch.setattr(runtime, 'protobuf_backend', lambda: 'python')
   runtime._warn_if_pure_python_protobuf()  # pylint: disable=protected-access
   assert len(warnings) == 1 and 'runs as pure Python' in warnings[0]
+  # Installing the context is where users meet it.
+  installed = []
+  monkeypatch.setattr(runtime, '_installed', False)
+  monkeypatch.setattr(
+      runtime.tff.backends.native, 'set_sync_local_cpp_execution_context',
+      lambda **kwargs: installed.append(kwargs))
+  runtime.ensure_context()
+  assert installed == [{'max_concurrent_computation_calls': -1}]
+  assert len(warnings) == 2
+  runtime.ensure_context()   # already installed: neither again
+  assert len(installed) == 1 and len(warnings) == 2
