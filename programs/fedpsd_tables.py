@@ -35,16 +35,18 @@ Settings are `<dataset>:shards=<S>` or `<dataset>:dirichlet=<alpha>`.
 Methods are names from `programs.run --list`, optionally with parameters
 (`fedpsd:psd=false`); without them a baseline runs with the values of
 FedNTD's released configs (`BASELINE_PARAMS`: FedProx mu 1.0, MOON mu 0.1),
-and a finished cell run with other values is refused, not reused. Each cell is a resumable run in
-`DIR/<setting>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
-summary.json reports --rounds rounds and the Eq. 10 metrics) is skipped, an
-unfinished one resumes from its newest checkpoint, and one finished before
-the local-model metrics existed recomputes its last rounds
-(`grid.needs_run`), so the program can be stopped and restarted at will.
-FedPSD's alpha = t / total_rounds, so its cells never resume to more rounds
-(the checkpoint fingerprint includes the rounds): they restart. Values are
-mean +/- std over the seeds that finished; missing cells are listed under
-each table. Rounds-to-target are resolved to --eval_every rounds.
+and a finished cell run with other values is refused, not reused. Each
+cell is a resumable run in `DIR/<setting>[_<variant>]/seed<seed>/<method>/`;
+a finished cell (its summary.json reports --rounds rounds and the Eq. 10
+metrics) is skipped, an unfinished one resumes from its newest checkpoint,
+and one finished before the local-model metrics existed recomputes its last
+rounds (`grid.needs_run`), so the program can be stopped and restarted at
+will. FedPSD's alpha = t / total_rounds, so its cells never resume to more
+rounds (the checkpoint fingerprint includes the rounds): they restart.
+Values are mean +/- std over the seeds that finished, each read at its last
+round or, with --final_evals=N, as the mean of its last N evaluations;
+missing cells are listed under each table. Rounds-to-target are resolved to
+--eval_every rounds.
 
 Per-client train/test split: each client's data (from the pooled train and
 test images) is split 75/25, so "client test data" follows the client's own
@@ -152,6 +154,12 @@ PROTOCOLS = {
     'personal': 'personal/accuracy_mean',
 }
 LOCAL_KEYS = (PROTOCOLS['local'], PROTOCOLS['local_pooled'])
+flags.DEFINE_integer(
+    'final_evals', 1, 'Accuracy tables and figures read each cell at its '
+    'last round (1, the paper\'s reading) or as the mean over its last N '
+    'evaluated rounds: the local readings come from the round\'s sampled '
+    'clients, so one round\'s value moves with its cohort. '
+    'Tables IV/V keep the final round as their target.', lower_bound=1)
 flags.DEFINE_enum('client_metric', 'local_pooled', list(PROTOCOLS),
                   'Which reading of Eq. 10 Tables I, II, IV, VI, VII and the '
                   'figures use (default: the one that reproduces the '
@@ -238,15 +246,49 @@ def defaults(method: str) -> dict[str, Any]:
 # --------------------------------------------------------------- tables
 
 def final_values(setting, seeds, method, key, variant=''):
+  """`key` of each seed's finished cell: at its last round or, with
+  --final_evals=N > 1, the mean over its last N evaluated rounds."""
   values, missing = [], []
   for seed in seeds:
-    summary = grid.load_summary(cell_dir(setting, seed, method, variant))
+    out = cell_dir(setting, seed, method, variant)
+    name = f'{method} {setting}{" " + variant if variant else ""} seed={seed}'
+    summary = grid.load_summary(out)
     if summary is None or key not in summary['final_round']:
-      missing.append(f'{method} {setting}{" " + variant if variant else ""} '
-                     f'seed={seed}')
-    else:
+      missing.append(name)
+    elif FLAGS.final_evals == 1:
       values.append(summary['final_round'][key])
+    else:
+      window = last_evaluations(out, key, FLAGS.final_evals)
+      if window is None:
+        missing.append(f'{name} (fewer than {FLAGS.final_evals} '
+                       f'evaluations of {key})')
+      else:
+        values.append(float(np.mean(window)))
   return values, missing
+
+
+def last_evaluations(out: str, key: str, n: int):
+  """`key` at the cell's last `n` evaluated rounds (rounds.csv), or None
+  when it has fewer (or `key` is missing at one of them, as in a cell that
+  recomputed only its end)."""
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  path = os.path.join(out, 'rounds.csv')
+  if not os.path.exists(path):
+    return None
+  df = pd.read_csv(path)
+  column = f'test/{key}'
+  evaluated = df.dropna(subset=['test/personal/accuracy_mean']).tail(n)
+  if (len(evaluated) < n or column not in df
+      or evaluated[column].isna().any()):
+    return None
+  return evaluated[column].tolist()
+
+
+def reading() -> str:
+  """How the accuracy tables read a cell (for their titles)."""
+  if FLAGS.final_evals == 1:
+    return ''
+  return f', mean of the last {FLAGS.final_evals} evaluations'
 
 
 def rounds_to_target(setting, seed, method, key, target):
@@ -368,8 +410,10 @@ def write_sweep_tables(setting, seeds, client_key, server_key) -> None:
               for x, variant in sweep_points(sweep)}
     for suffix, key, what in (('', client_key, 'average client top-1 (%, '
                                f'{FLAGS.client_metric})'),
-                              ('_global', server_key, 'global model top-1 (%)')):
-      write_table(name + suffix, f'{what} by {sweep.label}, {setting}',
+                              ('_global', server_key,
+                               'global model top-1 (%)')):
+      write_table(name + suffix,
+                  f'{what} by {sweep.label}, {setting}{reading()}',
                   FLAGS.sweep_methods, list(points),
                   accuracy_cell(seeds, key, points.get))
 
@@ -412,23 +456,25 @@ def write_tables(settings, seeds) -> None:
   # one (so no table1_<reading>.md is left from an earlier default).
   for protocol, key in PROTOCOLS.items():
     write_table(f'table1_{protocol}', 'Table I: average client top-1 (%), '
-                f'sharding ({protocol})', methods, shards,
+                f'sharding ({protocol}){reading()}', methods, shards,
                 accuracy_cell(seeds, key))
     write_table(f'table2_{protocol}', 'Table II: average client top-1 (%), '
-                f'LDA ({protocol})', methods, lda, accuracy_cell(seeds, key))
+                f'LDA ({protocol}){reading()}', methods, lda,
+                accuracy_cell(seeds, key))
   for table, ext in itertools.product(('table1', 'table2'), ('md', 'csv')):
     shutil.copyfile(
         os.path.join(FLAGS.output_dir, f'{table}_{FLAGS.client_metric}.{ext}'),
         os.path.join(FLAGS.output_dir, f'{table}.{ext}'))
-  write_table('table3', 'Table III: global model top-1 (%)', methods,
-              settings, accuracy_cell(seeds, server_key))
+  write_table('table3', f'Table III: global model top-1 (%){reading()}',
+              methods, settings, accuracy_cell(seeds, server_key))
   write_table('table4', 'Table IV: rounds to FedAvg\'s final average client '
               f'accuracy (resolution {FLAGS.eval_every} rounds)', methods,
               settings, rounds_cell(seeds, client_key))
   write_table('table5', 'Table V: rounds to FedAvg\'s final global accuracy '
               f'(resolution {FLAGS.eval_every} rounds)', methods, settings,
               rounds_cell(seeds, server_key))
-  write_table('table6', 'Table VI: ablation, average client top-1 (%)',
+  write_table('table6',
+              f'Table VI: ablation, average client top-1 (%){reading()}',
               ['fedavg'] + FLAGS.ablation + ['fedpsd'],
               FLAGS.ablation_settings, cell)
   if FLAGS.architectures:
@@ -438,7 +484,7 @@ def write_tables(settings, seeds) -> None:
       return (FLAGS.architecture_setting,
               '' if arch == FLAGS.model else arch)
     write_table('table7', 'Table VII: average client top-1 (%) by '
-                f'architecture, {FLAGS.architecture_setting}',
+                f'architecture, {FLAGS.architecture_setting}{reading()}',
                 FLAGS.architecture_methods, archs,
                 accuracy_cell(seeds, client_key, by_arch))
   if settings:

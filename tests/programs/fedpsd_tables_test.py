@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from tests.programs import conftest
 
@@ -104,6 +105,24 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert 'fedpsd digits:shards=2 seed=1' in missing
   missing = (tmp_path / 'fig4_local_epochs.md').read_text()
   assert 'fedavg digits:shards=2 E1 seed=1' in missing.split('Missing runs:')[1]
+  # --final_evals=2 reads each cell as the mean of its last two evaluations
+  # (rounds 1 and 2 here); a cell with fewer is listed as missing.
+  windowed = _run(args + ['--write_only', '--final_evals=2'])
+  assert windowed.returncode == 0, windowed.stdout[-3000:]
+  table1 = (tmp_path / 'table1.md').read_text()
+  assert 'mean of the last 2 evaluations' in table1
+  values = {r.split(',')[0]: float(r.split(',')[2]) for r in
+            (tmp_path / 'table1.csv').read_text().splitlines()[1:]}
+  curve = pd.read_csv(cell / 'rounds.csv').dropna(
+      subset=['test/personal/accuracy_mean'])
+  assert list(curve['round']) == [1, 2]
+  assert values['fedpsd'] == pytest.approx(
+      curve['test/local_pooled/accuracy_mean'].mean())
+  too_many = _run(args + ['--write_only', '--final_evals=3'])
+  assert too_many.returncode == 0, too_many.stdout[-3000:]
+  missing = (tmp_path / 'table1.md').read_text().split('Missing runs:')[1]
+  assert ('fedpsd digits:shards=2 seed=0 (fewer than 3 evaluations of '
+          'local_pooled/accuracy_mean)') in missing
 
 
 def test_sweep_values_are_checked_and_no_setting_still_writes(tmp_path):
