@@ -267,21 +267,31 @@ def final_values(setting, seeds, method, key, variant=''):
   return values, missing
 
 
-def last_evaluations(out: str, key: str, n: int):
-  """`key` at the cell's last `n` evaluated rounds (rounds.csv), or None
-  when it has fewer (or `key` is missing at one of them, as in a cell that
-  recomputed only its end)."""
+def evaluated_curve(out: str, key: str):
+  """The cell's evaluated rounds (rounds.csv) as a DataFrame of `round` and
+  `value` (`key`, NaN where a round lacks it, as in a cell that recomputed
+  only its end); None when the cell has no rounds.csv."""
   import pandas as pd  # pylint: disable=g-import-not-at-top
   path = os.path.join(out, 'rounds.csv')
   if not os.path.exists(path):
     return None
   df = pd.read_csv(path)
+  evaluated = df.dropna(subset=['test/personal/accuracy_mean'])
   column = f'test/{key}'
-  evaluated = df.dropna(subset=['test/personal/accuracy_mean']).tail(n)
-  if (len(evaluated) < n or column not in df
-      or evaluated[column].isna().any()):
+  values = evaluated[column] if column in df else np.nan
+  return pd.DataFrame({'round': evaluated['round'], 'value': values})
+
+
+def last_evaluations(out: str, key: str, n: int):
+  """`key` at the cell's last `n` evaluated rounds, or None when it has
+  fewer (or `key` is missing at one of them)."""
+  curve = evaluated_curve(out, key)
+  if curve is None:
     return None
-  return evaluated[column].tolist()
+  last = curve.tail(n)
+  if len(last) < n or last['value'].isna().any():
+    return None
+  return last['value'].tolist()
 
 
 def reading() -> str:
@@ -294,16 +304,12 @@ def reading() -> str:
 def rounds_to_target(setting, seed, method, key, target):
   """First evaluated round whose `key` reaches `target`; None if never,
   'incomplete' when `key` is missing at some evaluated round."""
-  import pandas as pd  # pylint: disable=g-import-not-at-top
-  path = os.path.join(cell_dir(setting, seed, method), 'rounds.csv')
-  if not os.path.exists(path):
+  curve = evaluated_curve(cell_dir(setting, seed, method), key)
+  if curve is None:
     return None
-  df = pd.read_csv(path)
-  column = f'test/{key}'
-  evaluated = df.dropna(subset=['test/personal/accuracy_mean'])
-  if column not in df or evaluated[column].isna().any():
+  if curve['value'].isna().any():
     return 'incomplete'      # e.g. a cell that recomputed only its end
-  hit = evaluated[evaluated[column] >= target - 1e-12]
+  hit = curve[curve['value'] >= target - 1e-12]
   return int(hit['round'].iloc[0]) if len(hit) else None
 
 
