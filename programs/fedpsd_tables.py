@@ -24,7 +24,8 @@ flipped) and writes, under --output_dir:
   table5.md/.csv  rounds to reach FedAvg's final global accuracy
   table6.md/.csv  ablation RHPK / PSD / CLL (--ablation_settings)
   table7.md/.csv  architectures (--architectures at --architecture_setting)
-  fig3_curves_<setting>.png   global and client accuracy per round
+  fig3_curves_<setting>.png   global and client accuracy per round, mean
+                              over the seeds' cells (band: min to max)
   fig4_local_epochs.png       client accuracy vs local epochs (--epoch_sweep)
   fig4_local_epochs.md/.csv   its numbers (--client_metric), and
   fig4_local_epochs_global.md/.csv  the global model's at the same points
@@ -499,29 +500,45 @@ def write_tables(settings, seeds) -> None:
 
 # -------------------------------------------------------------- figures
 
+def seed_curves(setting: str, seeds, method: str, key: str):
+  """`key` per evaluated round of `method`'s cells over `seeds`: a DataFrame
+  with one column per seed that has the cell, indexed by round and kept to
+  the rounds every one of them evaluated; None when no seed has the cell."""
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  columns = {}
+  for seed in seeds:
+    curve = evaluated_curve(cell_dir(setting, seed, method), key)
+    if curve is not None and curve['value'].notna().any():
+      columns[seed] = curve.set_index('round')['value']
+  if not columns:
+    return None
+  return pd.DataFrame(columns).dropna()
+
+
 def write_figures(settings, seeds) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  import pandas as pd  # pylint: disable=g-import-not-at-top
-  seed = seeds[0]
-  for setting in settings:      # Fig. 3: curves per setting
+  for setting in settings:      # Fig. 3: curves per setting, mean over seeds
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for method in FLAGS.methods:
-      path = os.path.join(cell_dir(setting, seed, method), 'rounds.csv')
-      if not os.path.exists(path):
-        continue
-      df = pd.read_csv(path)
-      for ax, key in zip(axes, ('test/global/accuracy_weighted',
-                                'test/' + PROTOCOLS[FLAGS.client_metric])):
-        if key in df:
-          sub = df.dropna(subset=[key])
-          ax.plot(sub['round'], 100 * sub[key], label=method)
+      for ax, key in zip(axes, ('global/accuracy_weighted',
+                                PROTOCOLS[FLAGS.client_metric])):
+        curves = seed_curves(setting, seeds, method, key)
+        if curves is None or curves.empty:
+          continue
+        n = curves.shape[1]
+        line, = ax.plot(curves.index, 100 * curves.mean(axis=1),
+                        label=f'{method} ({n} seed{"s" if n > 1 else ""})')
+        if n > 1:               # band: the seeds' minimum to maximum
+          ax.fill_between(curves.index, 100 * curves.min(axis=1),
+                          100 * curves.max(axis=1), color=line.get_color(),
+                          alpha=0.15, linewidth=0)
     axes[0].set_title(f'global model, {setting}')
     axes[1].set_title(f'average client ({FLAGS.client_metric}), {setting}')
     for ax in axes:
       ax.set_xlabel('round')
-      ax.set_ylabel('top-1 (%)')
+      ax.set_ylabel('top-1 (%), mean over seeds (band: min-max)')
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(FLAGS.output_dir,

@@ -186,3 +186,32 @@ def test_baselines_take_fedntd_config_values_and_old_cells_are_refused(
   assert proc.returncode != 0
   assert ("ran with model architecture '0123456789abcdef', but this code "
           "builds") in proc.stdout, proc.stdout[-2000:]
+
+
+def test_fig3_curves_average_seeds_over_the_rounds_they_share(tmp_path):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  from programs import fedpsd_tables  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  key = 'global/accuracy_weighted'
+  with flagsaver.flagsaver(output_dir=str(tmp_path)):
+    # Seed 0 evaluated rounds 10-30, seed 1 stopped after 20 (round 15 not
+    # evaluated), seed 2 has no cell.
+    for seed, values in ((0, [0.1, 0.2, 0.3]), (1, [0.3, None, 0.4])):
+      cell = fedpsd_tables.cell_dir('digits:shards=2', seed, 'fedavg')
+      os.makedirs(cell)
+      rounds = [10, 20, 30] if seed == 0 else [10, 15, 20]
+      pd.DataFrame({
+          'round': rounds,
+          'test/personal/accuracy_mean': [v if v is None else 0.5
+                                          for v in values],
+          f'test/{key}': values,
+      }).to_csv(os.path.join(cell, 'rounds.csv'), index=False)
+    curves = fedpsd_tables.seed_curves('digits:shards=2', [0, 1, 2],
+                                       'fedavg', key)
+    assert list(curves.columns) == [0, 1]
+    assert list(curves.index) == [10, 20]
+    assert list(curves.mean(axis=1)) == pytest.approx([0.2, 0.3])
+    assert fedpsd_tables.seed_curves('digits:shards=2', [2], 'fedavg',
+                                     key) is None
