@@ -63,8 +63,9 @@ ln 2 ~ 0.69 is the loss of a discriminator that cannot tell the features
 apart, but the reversed gradient lets an encoder drive L_D well above it;
 on NEU-CLS clients' L_D reached 8.8, so a bound near ln 2 would flatten
 CAA into plain averaging. With K clients at L_D ~ l, one client at the bound
-B gets at most B / (B + (K - 1) l) of the weight; lower
-`max_discrimination_loss` where that is too much). The global model's
+B gets at most B / (B + (K - 1) l) of the weight, which is all of it
+when the others' L_D fall to ~0, as they did by round 200 on NEU-CLS;
+`count_mix` bounds the share). The global model's
 classifier is never trained, so only the personalized (fused) model is
 evaluated. The paper trains with Adam (lr 1e-3,
 beta1 0.9): pass `tff.learning.optimizers.build_adam(1e-3)`.
@@ -123,6 +124,7 @@ def build_afedcl(
     initial_fusion_weight: float = 0.5,
     discriminator_hidden: int = 256,
     max_discrimination_loss: float = 10.0,
+    count_mix: float = 0.0,
     local_statistics: bool = False,
     seed: int = 0,
 ) -> process_lib.PersonalizedProcess:
@@ -141,6 +143,10 @@ def build_afedcl(
     initial_fusion_weight: A_k at the start, in (0, 1).
     discriminator_hidden: width of D_k's hidden layer.
     max_discrimination_loss: clip bound of reported L_D values.
+    count_mix: share beta of the aggregation weight given by sample counts
+      instead of L_D (0 = Eq. 8 as written); bounds any one client's share
+      by (1 - beta) + beta n_k / n, which the clip alone does not
+      (`templates.weighted_aggregation`).
     local_statistics: run E_G with the client's own BatchNorm statistics
       instead of the server's averaged ones (module docstring).
     seed: seeds the discriminators' initial weights.
@@ -152,6 +158,8 @@ def build_afedcl(
                      f'{initial_fusion_weight}.')
   if local_epochs < 1:
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
+  aggregator = weighted_aggregation.ScoreWeightedMeanFactory(
+      max_score=max_discrimination_loss, use_score=caa, count_mix=count_mix)
   feature_dim, n_enc, n_enc_nt = spec.encoder_sizes('AFedCL')
   if local_statistics and not n_enc_nt:
     raise ValueError(
@@ -378,6 +386,5 @@ def build_afedcl(
       personal_features=personal_features)
   return process_lib.compose_with_global_model(
       spec, initial_weights, work, server_optimizer=server_optimizer,
-      aggregator_factory=weighted_aggregation.ScoreWeightedMeanFactory(
-          max_score=max_discrimination_loss, use_score=caa),
+      aggregator_factory=aggregator,
       name='afedcl')

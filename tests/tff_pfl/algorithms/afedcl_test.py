@@ -136,6 +136,23 @@ def test_consensus_aware_aggregation_is_eq8():
                          states[0].model_weights.trainable[0])
 
 
+def test_count_mix_blends_eq8_with_sample_counts():
+  # count_mix=1 is the sample-count mean (CAA off), 0.5 the midpoint of
+  # that and Eq. 8: the local training is the same, only the mean moves.
+  _, eq8, _, _ = _run(lambda_=1.0, aff=False)
+  _, counts, _, _ = _run(lambda_=1.0, aff=False, caa=False)
+  _, all_counts, _, _ = _run(lambda_=1.0, aff=False, count_mix=1.0)
+  _, half, _, _ = _run(lambda_=1.0, aff=False, count_mix=0.5)
+  for i in range(N_ENC):
+    e = eq8.global_model_weights.trainable[i]
+    c = counts.global_model_weights.trainable[i]
+    assert not np.allclose(e, c)
+    np.testing.assert_allclose(all_counts.global_model_weights.trainable[i],
+                               c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(half.global_model_weights.trainable[i],
+                               (e + c) / 2, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize('switch', ['dcc', 'caa', 'aff'])
 def test_each_switch_changes_the_result(switch):
   _, on_state, on, _ = _run(rounds=2, lambda_=1.0)
@@ -178,6 +195,9 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match='initial_fusion_weight'):
     afedcl.build_afedcl(SPEC, initial_weights=W0, client_optimizer=opt,
                         initial_fusion_weight=1.0)
+  with pytest.raises(ValueError, match='count_mix'):
+    afedcl.build_afedcl(SPEC, initial_weights=W0, client_optimizer=opt,
+                        count_mix=1.5)
   plain = helpers.make_spec()
   with pytest.raises(ValueError, match="'encoder' and 'head'"):
     afedcl.build_afedcl(plain, initial_weights=plain.initial_weights(0),

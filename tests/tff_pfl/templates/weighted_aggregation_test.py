@@ -45,6 +45,24 @@ def test_zero_scores_fall_back_to_counts_and_switch_off():
   np.testing.assert_allclose(result, expected, rtol=1e-6)
 
 
+def test_count_mix_bounds_one_clients_share():
+  # The clip bounds a score, not a share: with the others at 0, a client
+  # at any positive score takes the whole mean (Eq. 8 as written).
+  result, _ = _aggregate([5.5, 0.0, 0.0])
+  np.testing.assert_allclose(result, VALUES[0])
+  by_counts = (VALUES[0] + VALUES[1] + 2 * VALUES[2]) / 4
+  # beta = 0.5: client 0's share is 0.5 + 0.5 * 1/4.
+  result, _ = _aggregate([5.5, 0.0, 0.0], count_mix=0.5)
+  np.testing.assert_allclose(result, 0.5 * VALUES[0] + 0.5 * by_counts,
+                             rtol=1e-6)
+  result, m = _aggregate([1.0, 3.0, 0.0], count_mix=1.0)
+  np.testing.assert_allclose(result, by_counts, rtol=1e-6)
+  assert m['fell_back_to_counts'] == 0
+  for bad in (-0.1, 1.5):
+    with pytest.raises(ValueError, match='count_mix'):
+      wa.ScoreWeightedMeanFactory(count_mix=bad)
+
+
 def test_wrong_weight_type_is_rejected():
   with pytest.raises(TypeError, match='ScoreWeight'):
     wa.ScoreWeightedMeanFactory().create(VALUE, tff.TensorType(np.float32))
