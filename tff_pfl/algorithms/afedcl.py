@@ -19,6 +19,10 @@ is reported beside it for Fig. 4); the server forms
   E_G^{t+1} = sum_k L_D^k E_k / sum_k L_D^k                         (Eq. 8)
   with `templates.weighted_aggregation.ScoreWeightedMeanFactory` (scores
   sanitised and clipped; sample-count fallback when they sum to zero).
+  `count_mix = beta` (default 0, Eq. 8 as written) forms instead
+  (1 - beta) x Eq. 8 + beta x the sample-count mean, which bounds any
+  client's share by (1 - beta) + beta n_k / n (not in the paper; see the
+  defaults below for why).
 Stage 2, adaptive feature fusion (AFF), `local_epochs` epochs:
   f = A_k E_G(x) + (1 - A_k) E_k(x)                                 (Eq. 9)
   minimise L_C' = CE(C_k(f), y) over E_k, C_k and a_k          (Eqs. 10-11)
