@@ -19,7 +19,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Collection
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from absl import app
 import numpy as np
@@ -212,7 +212,7 @@ def mean_std(values: list[float]) -> str:
   return f'{v.mean():.2f} ± {v.std():.2f}'
 
 
-def spearman(xs, ys) -> float:
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
   """Spearman's rank correlation of two paired samples (ties: mean rank)."""
   if len(xs) != len(ys) or len(xs) < 2:
     raise ValueError(f'spearman: needs two samples of one length >= 2, got '
