@@ -238,6 +238,7 @@ def write_figures(partitions, shots, seeds) -> None:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   import pandas as pd  # pylint: disable=g-import-not-at-top
+  from scipy import stats  # pylint: disable=g-import-not-at-top
   p, k, s = partitions[0], shots[0], seeds[0]
 
   def rounds_of(method):
@@ -285,7 +286,7 @@ def write_figures(partitions, shots, seeds) -> None:
     if len(set(xs)) > 1 and len(set(ys)) > 1:
       slope, icpt = np.polyfit(xs, ys, 1)
       grid_x = np.linspace(min(xs), max(xs), 200)
-      rho = grid.spearman(xs, ys)
+      rho = stats.spearmanr(xs, ys).correlation
       ax.plot(grid_x, slope * grid_x + icpt, 'r-',
               label=f'fit: A = {slope:.3g} L_D + {icpt:.3f}')
       ax.set_title(f'Spearman rho = {rho:.2f} (n = {len(xs)})')

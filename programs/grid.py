@@ -19,7 +19,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Collection
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from absl import app
 import numpy as np
@@ -210,24 +210,3 @@ def mean_std(values: list[float]) -> str:
   if len(v) == 1:
     return f'{v[0]:.2f} (1 seed)'
   return f'{v.mean():.2f} ± {v.std():.2f}'
-
-
-def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
-  """Spearman's rank correlation of two paired samples (ties: mean rank)."""
-  if len(xs) != len(ys) or len(xs) < 2:
-    raise ValueError(f'spearman: needs two samples of one length >= 2, got '
-                     f'{len(xs)} and {len(ys)}.')
-
-  def ranks(v):
-    v = np.asarray(v, dtype=np.float64)
-    order = np.argsort(v, kind='stable')
-    r = np.empty(len(v))
-    r[order] = np.arange(len(v), dtype=np.float64)
-    for value in np.unique(v):       # ties share their mean rank
-      tied = v == value
-      r[tied] = r[tied].mean()
-    return r
-  rx, ry = ranks(xs), ranks(ys)
-  if rx.std() == 0 or ry.std() == 0:
-    raise ValueError('spearman: a constant sample has no rank correlation.')
-  return float(np.corrcoef(rx, ry)[0, 1])

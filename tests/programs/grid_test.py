@@ -4,7 +4,6 @@ import json
 import re
 
 from absl import app
-import numpy as np
 import pytest
 
 from programs import grid
@@ -114,19 +113,3 @@ def test_mean_std_marks_a_single_seed():
   assert grid.mean_std([]) == '-'
   assert grid.mean_std([0.5]) == '50.00 (1 seed)'
   assert grid.mean_std([0.5, 0.7]) == '60.00 ± 10.00'
-
-
-def test_spearman_matches_scipy_with_ties_and_rejects_bad_input():
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(0)
-  xs = np.concatenate([np.zeros(10), rng.exponential(5.0, 30)])  # ties at 0
-  ys = 0.4 + 0.01 * np.log1p(xs) + 0.05 * rng.normal(size=40)
-  assert grid.spearman(xs, ys) == pytest.approx(
-      stats.spearmanr(xs, ys).correlation, abs=1e-12)
-  # Ranks ignore scale: one huge value moves Pearson's r, not Spearman's.
-  assert grid.spearman([1, 2, 3, 1e6], [1, 2, 3, 4]) == pytest.approx(1.0)
-  assert grid.spearman([3, 2, 1], [1, 2, 3]) == pytest.approx(-1.0)
-  with pytest.raises(ValueError, match='constant'):
-    grid.spearman([1, 1, 1], [1, 2, 3])
-  with pytest.raises(ValueError, match='one length'):
-    grid.spearman([1, 2], [1, 2, 3])
