@@ -30,6 +30,25 @@ def make_spec(batch_norm: bool = False) -> model_spec.ModelSpec:
       'classification', NUM_CLASSES)
 
 
+def make_batch_norm_encoder_head_spec(
+    input_spec: collections.OrderedDict) -> model_spec.ModelSpec:
+  """A small 'encoder' + 'head' model whose encoder ends in BatchNorm (for
+  methods that keep BatchNorm statistics on the client)."""
+  def keras_model_fn():
+    features = tf.keras.Input((NUM_FEATURES,))
+    hidden = tf.keras.layers.Dense(8, activation='relu')(features)
+    encoder = tf.keras.Model(
+        features, tf.keras.layers.BatchNormalization()(hidden),
+        name='encoder')
+    head = tf.keras.Sequential(
+        [tf.keras.Input((8,)), tf.keras.layers.Dense(NUM_CLASSES)],
+        name='head')
+    inputs = tf.keras.Input((NUM_FEATURES,))
+    return tf.keras.Model(inputs, head(encoder(inputs)))
+  return model_spec.ModelSpec(keras_model_fn, input_spec, 'classification',
+                              NUM_CLASSES)
+
+
 def make_client_arrays(num_clients: int, n: int = 24, seed: int = 0):
   """Non-IID toy data: client i's features are shifted by i."""
   rng = np.random.default_rng(seed)

@@ -306,12 +306,12 @@ def build_afedcl(
                                             list(state.discriminator)),
         fusion_logit=tf.where(finite, new_logit, state.fusion_logit),
         discrimination_loss=tf.where(finite, ld, state.discrimination_loss),
-        num_participations=state.num_participations + 1)
+        num_participations=(state.num_participations +
+                            tf.cast(finite, tf.int32)))
     if local_statistics:
       new_state = AFedCLStatisticsClientState(
           **new_fields, global_statistics=local_training.select(
-              finite, new_global_statistics,
-              global_encoder_statistics(global_weights, state)))
+              finite, new_global_statistics, list(state.global_statistics)))
     else:
       new_state = AFedCLClientState(**new_fields)
     metrics = collections.OrderedDict(

@@ -87,7 +87,9 @@ def build_ditto(
     weight = tf.where(g.finite, g.metrics['num_examples'], 0.0)
     return process_lib.ClientOutput(
         delta, weight,
-        DittoClientState(new_personal, state.num_participations + 1),
+        DittoClientState(
+            new_personal,
+            state.num_participations + tf.cast(p.finite, tf.int32)),
         metrics,
         # Eq. 10 of FedPSD: the model that is about to be aggregated.
         local_model=local_training.select(g.finite, g.weights,

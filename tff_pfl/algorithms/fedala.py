@@ -50,8 +50,8 @@ evaluation split and returns no client state; also only sampled clients
 run ALA here, where PFLlib runs it for all clients every round.
 
 A client whose local training produced non-finite values uploads a
-zero delta with weight 0 and keeps its previous state (only
-`num_participations` counts the round), as FedAvg drops it.
+zero delta with weight 0 and keeps its previous state unchanged
+(`num_participations` included), as FedAvg drops it.
 """
 
 from typing import Any, NamedTuple, Optional
@@ -85,7 +85,8 @@ class FedALAClientState(NamedTuple):
       same shapes; ones initially.
     start_phase: int32, 1 until the client's first ALA has run.
     initialized: int32, 0 until the client has received a global model.
-    num_participations: int32, rounds the client took part in.
+    num_participations: int32, rounds the client took part in whose
+      training finished (a diverged one is not counted).
   """
   model_weights: Any
   ala_weights: Any
@@ -172,7 +173,8 @@ def build_fedala_client_work(
         start_phase=tf.where(tf.logical_and(finite, ala_ran), 0,
                              state.start_phase),
         initialized=tf.where(finite, 1, state.initialized),
-        num_participations=state.num_participations + 1)
+        num_participations=(state.num_participations +
+                            tf.cast(finite, tf.int32)))
     return process_lib.ClientOutput(
         delta, weight, new_state, result.metrics,
         local_model=local_training.select(finite, result.weights, start))

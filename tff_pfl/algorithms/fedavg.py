@@ -30,7 +30,8 @@ from tff_pfl.templates import local_training
 
 
 class FedAvgClientState(NamedTuple):
-  """FedAvg keeps nothing but a participation count per client."""
+  """FedAvg keeps nothing but a participation count per client (rounds
+  whose training finished; a diverged one is not counted)."""
   num_participations: Any
 
 
@@ -64,7 +65,8 @@ def build_fedavg_client_work(
         result.finite, client_works.model_delta(start, result.weights),
         client_works.zeros_like_weights(start))
     weight = tf.where(result.finite, result.metrics['num_examples'], 0.0)
-    new_state = FedAvgClientState(state.num_participations + 1)
+    new_state = FedAvgClientState(
+        state.num_participations + tf.cast(result.finite, tf.int32))
     return process_lib.ClientOutput(
         delta, weight, new_state, result.metrics,
         local_model=local_training.select(result.finite, result.weights,

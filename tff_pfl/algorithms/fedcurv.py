@@ -86,7 +86,8 @@ class FedCurvClientState(NamedTuple):
   Attributes:
     fisher: F_i (zeros before the client's first round).
     weights: theta_i, its trainable weights after that round's training.
-    num_participations: rounds taken part in.
+    num_participations: rounds taken part in whose training finished (a
+      diverged one is not counted).
   """
   fisher: Any
   weights: Any
@@ -231,7 +232,8 @@ def build_fedcurv(
     new_state = FedCurvClientState(
         fisher=local_training.select(ok, new_f, old_f),
         weights=local_training.select(ok, new_w, old_w),
-        num_participations=state.num_participations + 1)
+        num_participations=(state.num_participations +
+                            tf.cast(ok, tf.int32)))
     return process_lib.ClientOutput(
         upload, weight, new_state, metrics,
         local_model=local_training.select(ok, result.weights, start))

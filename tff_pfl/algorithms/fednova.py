@@ -152,7 +152,8 @@ def build_fednova(
     weight = tf.where(ok, result.metrics['num_examples'], 0.0)
     return process_lib.ClientOutput(
         upload, weight,
-        fedavg.FedAvgClientState(state.num_participations + 1),
+        fedavg.FedAvgClientState(
+            state.num_participations + tf.cast(ok, tf.int32)),
         result.metrics,
         local_model=local_training.select(ok, result.weights, start))
 

@@ -142,15 +142,16 @@ def build_global_teacher_client_work(
     for key, value in info_metrics.items():
       metrics[key] = tf.cast(value, tf.float32)
     local = local_training.select(finite, final, global_weights)
-    return delta, weight, metrics, local
+    return delta, weight, metrics, local, finite
 
   @tff.tensorflow.computation(broadcast_type, state_type, spec.data_type())
   def update(broadcast, state, dataset):
-    delta, weight, metrics, local = client_update(
+    delta, weight, metrics, local, finite = client_update(
         spec.keras_model_fn(), spec.keras_model_fn(),
         process_lib._as_model_weights(broadcast.model_weights),  # pylint: disable=protected-access
         dataset, broadcast.round_num)
-    new_state = fedavg.FedAvgClientState(state.num_participations + 1)
+    new_state = fedavg.FedAvgClientState(
+        state.num_participations + tf.cast(finite, tf.int32))
     return process_lib.ClientOutput(delta, weight, new_state, metrics,
                                     local_model=local)
 

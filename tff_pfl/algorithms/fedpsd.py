@@ -208,7 +208,8 @@ def build_fedpsd(
     weight = tf.where(finite, sums['num_examples'], 0.0)
     new_state = FedPSDClientState(
         predictions=new_predictions, personal_weights=new_personal,
-        num_participations=state.num_participations + 1)
+        num_participations=(state.num_participations +
+                            tf.cast(finite, tf.int32)))
     return process_lib.ClientOutput(
         delta, weight, new_state, metrics,
         local_model=local_training.select(finite, weights, start))

@@ -30,7 +30,8 @@ Design decisions:
   per-party models, and FedNTD's implementation the initial global model.
 * Only one previous model is kept (MOON's default `model_buffer_size=1`).
 * mu = 0 is FedAvg (tested). If a client's training diverges, its update is
-  dropped (weight 0) and it keeps the previous model it used this round.
+  dropped (weight 0) and its state is unchanged: a first-time client stays
+  first-time and uses the global model as its previous one next time.
 
 Defaults: tau = 0.5 (MOON paper and code, `--temperature 0.5`), mu = 1
 (MOON code default `--mu 1`; the paper reports mu = 5 best for CIFAR-10 and
@@ -144,8 +145,9 @@ def build_moon(
         client_works.zeros_like_weights(global_weights))
     weight = tf.where(finite, sums['num_examples'], 0.0)
     new_state = MOONClientState(
-        previous_weights=local_training.select(finite, final, previous),
-        num_participations=state.num_participations + 1)
+        previous_weights=local_training.select(finite, final, stored),
+        num_participations=(state.num_participations +
+                            tf.cast(finite, tf.int32)))
     num = tf.maximum(sums['num_examples'], 1.0)
     metrics = collections.OrderedDict(
         loss_sum=tf.where(finite, sums['loss_sum'], 0.0),

@@ -50,7 +50,8 @@ def build_nofl(
     result = local_update(model, start, dataset, broadcast.round_num)
     # A client whose training diverged keeps its previous model.
     kept = local_training.select(result.finite, result.weights, start)
-    new_state = NoFLClientState(kept, state.num_participations + 1)
+    new_state = NoFLClientState(
+        kept, state.num_participations + tf.cast(result.finite, tf.int32))
     return process_lib.ClientOutput((), tf.constant(0.0), new_state,
                                     result.metrics, local_model=kept)
 

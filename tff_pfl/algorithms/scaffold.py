@@ -168,7 +168,8 @@ def build_scaffold(
     metrics['non_finite'] = 1.0 - tf.cast(finite, tf.float32)
     new_state = ScaffoldClientState(
         control=local_training.select(ok, new_c_i, c_i),
-        num_participations=state.num_participations + 1)
+        num_participations=(state.num_participations +
+                            tf.cast(ok, tf.int32)))
     return process_lib.ClientOutput(
         upload, weight, new_state, metrics,
         local_model=local_training.select(ok, result.weights, start))

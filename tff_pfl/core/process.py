@@ -100,7 +100,10 @@ class ClientOutput(NamedTuple):
   Attributes:
     update: the value aggregated at the server (ignored without aggregation).
     update_weight: its float32 aggregation weight (0 drops the client).
-    client_state: the client's new state, kept in the store.
+    client_state: the client's new state, kept in the store. A client
+      whose training diverged returns its state unchanged, participation
+      count included: methods read `num_participations > 0` as "has its own
+      trained state", so a diverged first participation must not count.
     metrics: `OrderedDict` of float32 sums, summed over clients.
     local_model: the client's `ModelWeights` (of the spec's Keras model)
       after local training, before aggregation (what FedPSD's Eq. 10

@@ -126,14 +126,16 @@ def build_personal_head_client_work(
         result.finite, list(result.weights.trainable[-num_head:]),
         list(state.head))
     weight = tf.where(result.finite, result.metrics['num_examples'], 0.0)
+    num_participations = (state.num_participations +
+                          tf.cast(result.finite, tf.int32))
     if local_statistics:
       new_statistics = local_training.select(
           result.finite, list(result.weights.non_trainable),
-          list(start.non_trainable))
+          list(state.statistics))
       new_state = PersonalHeadStatisticsState(
-          new_head, new_statistics, state.num_participations + 1)
+          new_head, new_statistics, num_participations)
     else:
-      new_state = PersonalHeadState(new_head, state.num_participations + 1)
+      new_state = PersonalHeadState(new_head, num_participations)
     return process_lib.ClientOutput(
         delta, weight, new_state, result.metrics,
         local_model=local_training.select(result.finite, result.weights,

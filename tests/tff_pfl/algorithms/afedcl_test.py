@@ -206,19 +206,7 @@ def test_bad_arguments():
 
 def _batch_norm_spec():
   """The test MLP with a BatchNorm layer in its encoder."""
-  def keras_model_fn():
-    features = tf.keras.Input((helpers.NUM_FEATURES,))
-    hidden = tf.keras.layers.Dense(8, activation='relu')(features)
-    encoder = tf.keras.Model(
-        features, tf.keras.layers.BatchNormalization()(hidden),
-        name='encoder')
-    head = tf.keras.Sequential(
-        [tf.keras.Input((8,)), tf.keras.layers.Dense(helpers.NUM_CLASSES)],
-        name='head')
-    inputs = tf.keras.Input((helpers.NUM_FEATURES,))
-    return tf.keras.Model(inputs, head(encoder(inputs)))
-  return model_spec.ModelSpec(keras_model_fn, SPEC.input_spec,
-                              'classification', helpers.NUM_CLASSES)
+  return helpers.make_batch_norm_encoder_head_spec(SPEC.input_spec)
 
 
 def test_local_statistics_run_the_global_encoder_with_the_clients_own():

@@ -1,5 +1,8 @@
 """Tests for tff_pfl.algorithms.registry: every name builds, typos fail."""
 
+import collections
+
+import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -8,6 +11,7 @@ import keras_models
 
 from tff_pfl.algorithms import registry
 from tff_pfl.core import model_spec
+from tff_pfl.data import client_data
 
 from tests.tff_pfl import conftest as helpers
 
@@ -47,3 +51,58 @@ def test_unknown_hyperparameter_and_unknown_name_are_refused():
   with pytest.raises(ValueError, match='fedavgg'):
     registry.build('fedavgg', SPEC, initial_weights=w0,
                    client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+
+
+def _indexed_dataset(x, y):
+  base = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x, y=y))
+  return client_data.with_index(base).batch(8)
+
+
+def _leaves(structure):
+  return [np.asarray(t) for t in tf.nest.flatten(structure)]
+
+
+def _batch_norm_spec():
+  """SPEC's model with a BatchNorm layer ending its encoder."""
+  return helpers.make_batch_norm_encoder_head_spec(SPEC.input_spec)
+
+
+@pytest.mark.parametrize(
+    'name, kwargs',
+    [(name, {}) for name in sorted(registry.ALGORITHMS)] +
+    [(name, {'local_statistics': True})
+     for name in ('afedcl', 'fedper', 'fedrep')])
+def test_a_diverged_participation_leaves_the_client_state_untouched(
+    name, kwargs):
+  # A client whose first participation diverges (non-finite features) must
+  # come back as it went in: its update is dropped and nothing it computed
+  # may be kept, not even the participation count, because methods read
+  # `num_participations > 0` as "has its own trained state" (MOON's
+  # previous model, FedPSD's stored predictions and personal model,
+  # the own BatchNorm statistics of `local_statistics`). Its next, finite
+  # participation is then a first one and must train normally.
+  spec = _batch_norm_spec() if kwargs else SPEC
+  process = registry.build(
+      name, spec, initial_weights=spec.initial_weights(seed=0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      local_epochs=1, learning_rate_decay=1.0,
+      run_context=dict(num_clients=2, total_rounds=4), **kwargs)
+  (x0, y0), (x1, y1) = helpers.make_client_arrays(2)
+  good = [_indexed_dataset(x0, y0), _indexed_dataset(x1, y1)]
+  bad = _indexed_dataset(np.full_like(x1, 1e30), y1)
+  initial = [process.initial_client_state(str(i)) for i in range(2)]
+
+  state = process.initialize()
+  state, states, metrics = process.next(state, initial, [good[0], bad])
+  assert metrics['client_work']['non_finite'] == 1.0
+  for got, want in zip(_leaves(states[1]), _leaves(initial[1])):
+    np.testing.assert_array_equal(got, want)
+  assert int(states[0].num_participations) == 1
+  assert int(states[1].num_participations) == 0
+
+  state, states, metrics = process.next(state, states, good)
+  assert metrics['client_work']['non_finite'] == 0.0
+  assert int(states[1].num_participations) == 1
+  assert all(np.all(np.isfinite(t)) for t in _leaves(states))
