@@ -17,17 +17,27 @@ theta_j. Expanding the square, the penalty is (up to a constant)
 
 so the server only needs to keep and broadcast the two sums.
 
-Bookkeeping (what we do exactly):
-* U and V are the sums of the LATEST contribution (F_j, F_j * theta_j) of
-  every client that has ever taken part (as in the FedNTD code base, which
-  keeps each client's latest upload in a dictionary). Each client keeps its
-  own latest contribution in its client state (`fisher` = F_i and
-  `weights` = theta_i, zeros before its first round) and uploads the CHANGE
-  of its contribution, (F_i' - F_i, F_i' theta_i' - F_i theta_i), which the
-  server sums over the sampled clients and adds to (U, V)
-  (`server_control`). So U and V always equal the sums over the stored
-  client states, and U - F_i, V - F_i theta_i remove exactly client i's own
-  term, which is part of U and V whenever it has contributed.
+Bookkeeping (what we do exactly), chosen by `fisher_window`:
+* 'latest' (default): U and V are the sums of the LATEST contribution
+  (F_j, F_j * theta_j) of every client that has ever taken part (as in the
+  FedNTD code base, which keeps each client's latest upload in a
+  dictionary). Each client keeps its own latest contribution in its client
+  state (`fisher` = F_i and `weights` = theta_i, zeros before its first
+  round) and uploads the CHANGE of its contribution,
+  (F_i' - F_i, F_i' theta_i' - F_i theta_i), which the server sums over the
+  sampled clients and adds to (U, V) (`server_control`). So U and V always
+  equal the sums over the stored client states, and U - F_i,
+  V - F_i theta_i remove exactly client i's own term, which is part of U
+  and V whenever it has contributed.
+* 'previous_round': Shoham et al.'s rule, where every node's penalty uses
+  the terms the other nodes sent in the PREVIOUS round (their Eq. for
+  L~_s at round t sums over theta^_{t-1,j} and I^_{t-1,j}). With client
+  sampling, that is the previous round's cohort: clients upload
+  (F_i', F_i' theta_i') and the server REPLACES (U, V) with the round's
+  sums. Client i subtracts its own stored term only if it contributed in
+  the previous round (`contributed_round` = t - 1); otherwise its term is
+  not in U and V. With 10% of clients sampled, this penalty sums about
+  one tenth of the terms that 'latest' sums.
 * The penalty uses the sums at the start of the round: in round 1 they are
   zero, so round 1 is FedAvg. U - F_i is clipped at 0 against rounding.
   (FedNTD's server subtracts each client's term from the round's sums in
@@ -70,6 +80,9 @@ from tff_pfl.templates import local_training
 from tff_pfl.templates import server_control
 
 
+FISHER_WINDOWS = ('latest', 'previous_round')
+
+
 class FisherSums(NamedTuple):
   """Fisher terms, one tensor per trainable weight.
 
@@ -88,10 +101,13 @@ class FedCurvClientState(NamedTuple):
     weights: theta_i, its trainable weights after that round's training.
     num_participations: rounds taken part in whose training finished (a
       diverged one is not counted).
+    contributed_round: the 0-based round of that contribution (-1 before
+      the first); `fisher_window='previous_round'` reads it.
   """
   fisher: Any
   weights: Any
   num_participations: Any
+  contributed_round: Any
 
 
 def penalty_factory(lambda_: float):
@@ -155,6 +171,7 @@ def build_fedcurv(
     learning_rate_decay: float = 1.0,
     lambda_: float = 1.0,
     fisher_samples: Optional[int] = 500,
+    fisher_window: str = 'latest',
 ) -> process_lib.PersonalizedProcess:
   """Builds FedCurv; see the module docstring.
 
@@ -168,12 +185,19 @@ def build_fedcurv(
     lambda_: penalty strength lambda, >= 0 (0 is FedAvg).
     fisher_samples: examples used for the Fisher estimate (>= 1), or None
       for the whole client dataset.
+    fisher_window: whose Fisher terms the penalty sums: 'latest' (every
+      client's latest, FedNTD code) or 'previous_round' (the previous
+      round's cohort, Shoham et al.); see the module docstring.
   """
   if not lambda_ >= 0:
     raise ValueError(f'FedCurv lambda_ must be >= 0, got {lambda_}.')
   if fisher_samples is not None and fisher_samples < 1:
     raise ValueError('FedCurv fisher_samples must be >= 1 or None, got '
                      f'{fisher_samples}.')
+  if fisher_window not in FISHER_WINDOWS:
+    raise ValueError(f'FedCurv fisher_window must be one of {FISHER_WINDOWS}, '
+                     f'got {fisher_window!r}.')
+  previous_round = fisher_window == 'previous_round'
   lambda_ = float(lambda_)
   if server_optimizer is None:
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
@@ -182,14 +206,18 @@ def build_fedcurv(
   control = server_control.build_server_control(
       server_optimizer, weights_type,
       initial_extra=FisherSums(fisher=zeros, fisher_weights=zeros),
-      update_extra=lambda sums, change: tf.nest.map_structure(
-          tf.add, sums, change))
+      # 'previous_round' uploads whole terms and keeps only this round's;
+      # 'latest' uploads changes of the stored terms and adds them.
+      update_extra=((lambda sums, summed: summed) if previous_round else
+                    lambda sums, change: tf.nest.map_structure(
+                        tf.add, sums, change)))
   extra_type = control.broadcast_extra.type_signature.result
   broadcast_type = process_lib.broadcast_type(weights_type, extra_type)
   trainable_type = extra_type.fisher
   state_type = tff.types.tensorflow_to_type(FedCurvClientState(
       fisher=trainable_type, weights=trainable_type,
-      num_participations=tff.TensorType(np.int32)))
+      num_participations=tff.TensorType(np.int32),
+      contributed_round=tff.TensorType(np.int32)))
   local_update = client_works.build_local_update(
       spec, client_optimizer, epochs=local_epochs,
       learning_rate_decay=learning_rate_decay,
@@ -207,17 +235,30 @@ def build_fedcurv(
     start = process_lib._as_model_weights(broadcast.model_weights)  # pylint: disable=protected-access
     old_f, old_w = list(state.fisher), list(state.weights)
     old_fw = [f * w for f, w in zip(old_f, old_w)]
+    # Client i's own term in (U, V): its stored one ('latest'; zeros
+    # before its first round), or with 'previous_round' only if it
+    # contributed in the previous round.
+    own = FisherSums(old_f, old_fw)
+    if previous_round:
+      own = local_training.select(
+          tf.equal(state.contributed_round, broadcast.round_num - 1), own,
+          tf.nest.map_structure(tf.zeros_like, own))
     terms = FisherSums(
         fisher=[tf.maximum(u - f, 0.0)
-                for u, f in zip(broadcast.extra.fisher, old_f)],
+                for u, f in zip(broadcast.extra.fisher, own.fisher)],
         fisher_weights=[v - fw for v, fw in
-                        zip(broadcast.extra.fisher_weights, old_fw)])
+                        zip(broadcast.extra.fisher_weights,
+                            own.fisher_weights)])
     result, new_f = train(model, start, terms, dataset, broadcast.round_num)
     new_w = list(result.weights.trainable)
     ok = tf.logical_and(result.finite, local_training.all_finite(new_f))
-    change = FisherSums(
-        fisher=[n - o for n, o in zip(new_f, old_f)],
-        fisher_weights=[n * w - o for n, w, o in zip(new_f, new_w, old_fw)])
+    new_fw = [n * w for n, w in zip(new_f, new_w)]
+    if previous_round:
+      change = FisherSums(fisher=new_f, fisher_weights=new_fw)
+    else:
+      change = FisherSums(
+          fisher=[n - o for n, o in zip(new_f, old_f)],
+          fisher_weights=[n - o for n, o in zip(new_fw, old_fw)])
     upload = local_training.select(
         ok,
         server_control.MeanAndSum(
@@ -233,7 +274,9 @@ def build_fedcurv(
         fisher=local_training.select(ok, new_f, old_f),
         weights=local_training.select(ok, new_w, old_w),
         num_participations=(state.num_participations +
-                            tf.cast(ok, tf.int32)))
+                            tf.cast(ok, tf.int32)),
+        contributed_round=tf.where(ok, broadcast.round_num,
+                                   state.contributed_round))
     return process_lib.ClientOutput(
         upload, weight, new_state, metrics,
         local_model=local_training.select(ok, result.weights, start))
@@ -241,7 +284,8 @@ def build_fedcurv(
   def initial_state(client_id: str) -> FedCurvClientState:
     del client_id
     return FedCurvClientState([np.copy(z) for z in zeros],
-                              [np.copy(z) for z in zeros], np.int32(0))
+                              [np.copy(z) for z in zeros], np.int32(0),
+                              np.int32(-1))
 
   work = process_lib.ClientWork(update=update, state_type=state_type,
                                 initial_state=initial_state)

@@ -78,9 +78,25 @@ class ClientStateStore(abc.ABC):
     return {c: _flatten(self._load(c)) for c in self.client_ids()}
 
   def restore(self, snapshot: dict[str, list[np.ndarray]]) -> None:
-    """Replaces the stored states with those of a snapshot."""
-    self.clear()
+    """Replaces the stored states with those of a snapshot.
+
+    Raises:
+      ValueError: naming the first client whose flat state does not have the
+        number and shapes of an initial state's tensors (a checkpoint that a
+        different algorithm, model or code version wrote); the stored states
+        are then left as they were.
+    """
     structure = self._structure()
+    shapes = [np.shape(t) for t in _flatten(structure)]
+    for c, leaves in snapshot.items():
+      got = [np.shape(t) for t in leaves]
+      if got != shapes:
+        raise ValueError(
+            f'the saved state of client {c!r} does not fit this algorithm '
+            f'and model: {len(got)} tensors of shapes {got}, expected '
+            f'{len(shapes)} of shapes {shapes} (a different algorithm, model '
+            'or code version wrote it); use a fresh checkpoint directory.')
+    self.clear()
     for c, leaves in snapshot.items():
       self._save(c, tf.nest.pack_sequence_as(structure, list(leaves)))
 

@@ -16,8 +16,9 @@ ARRAYS = helpers.make_client_arrays(3)
 DATA = [helpers.to_dataset(x, y) for x, y in ARRAYS]   # 3 batches of 8
 LR, EPOCHS, LAMBDA = 0.1, 2, 10.0
 # Round 1: every client; round 2: clients 0 and 1 (client 2's round-1
-# contribution stays in the server sums).
-COHORTS = ([0, 1, 2], [0, 1])
+# contribution stays in the server sums with 'latest'); round 3: clients 1
+# (also in round 2) and 2 (not in round 2).
+COHORTS = ([0, 1, 2], [0, 1], [1, 2])
 
 
 def _run(process):
@@ -38,7 +39,9 @@ def runs():
                 client_optimizer=tff.learning.optimizers.build_sgdm(LR))
   return dict(
       free=_run(fedcurv.build_fedcurv(SPEC, lambda_=0.0, **kwargs)),
-      curv=_run(fedcurv.build_fedcurv(SPEC, lambda_=LAMBDA, **kwargs)))
+      curv=_run(fedcurv.build_fedcurv(SPEC, lambda_=LAMBDA, **kwargs)),
+      previous=_run(fedcurv.build_fedcurv(
+          SPEC, lambda_=LAMBDA, fisher_window='previous_round', **kwargs)))
 
 
 def _eager_fedavg():
@@ -106,17 +109,67 @@ def test_fisher_samples_limits_the_batches():
     np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-8)
 
 
+def _assert_sums_are(sums, contributions):
+  for k in range(len(W0.trainable)):
+    fisher = [np.asarray(c.fisher[k]) for c in contributions]
+    weights = [np.asarray(c.weights[k]) for c in contributions]
+    np.testing.assert_allclose(sums.fisher[k], sum(fisher),
+                               rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(
+        sums.fisher_weights[k],
+        sum(f * w for f, w in zip(fisher, weights)), rtol=1e-4, atol=1e-7)
+
+
 def test_server_sums_are_the_stored_contributions(runs):
+  # 'latest': every client's latest contribution, sampled or not.
   for state, stored in runs['curv']:
-    sums = state.finalizer.extra
-    for k in range(len(W0.trainable)):
-      fisher = [np.asarray(s.fisher[k]) for s in stored.values()]
-      weights = [np.asarray(s.weights[k]) for s in stored.values()]
-      np.testing.assert_allclose(sums.fisher[k], sum(fisher),
-                                 rtol=1e-4, atol=1e-7)
-      np.testing.assert_allclose(
-          sums.fisher_weights[k],
-          sum(f * w for f, w in zip(fisher, weights)), rtol=1e-4, atol=1e-7)
+    _assert_sums_are(state.finalizer.extra, stored.values())
+  # 'previous_round': only this round's cohort's.
+  for (state, stored), cohort in zip(runs['previous'], COHORTS):
+    _assert_sums_are(state.finalizer.extra, [stored[i] for i in cohort])
+    for i in cohort:
+      assert int(stored[i].contributed_round) == COHORTS.index(cohort)
+
+
+def _eager_fedcurv_client(start, dataset, terms):
+  """Client training written out eagerly: SGD on the batch cross-entropy
+  plus lambda sum_p (U_i v^2 - 2 V_i v), with (U_i, V_i) = `terms`."""
+  model = SPEC.keras_model_fn()
+  model_spec.assign_weights(model, tff.learning.models.ModelWeights(
+      trainable=list(start), non_trainable=[]))
+  variables = model.trainable_variables
+  for _ in range(EPOCHS):
+    for batch in dataset:
+      with tf.GradientTape() as tape:
+        loss = SPEC.loss(batch['y'], model(batch['x'], training=True))
+        loss += LAMBDA * tf.add_n([
+            tf.reduce_sum(u * tf.square(v) - 2.0 * q * v)
+            for v, u, q in zip(variables, *terms)])
+      for v, g in zip(variables, tape.gradient(loss, variables)):
+        v.assign_sub(LR * g)
+  return [v.numpy() for v in variables]
+
+
+@pytest.mark.parametrize('window', ['curv', 'previous'])
+def test_the_penalty_leaves_out_exactly_the_clients_own_term(runs, window):
+  """Round 3 of COHORTS, each client re-trained eagerly against the server
+  sums it received minus its own term: with 'latest' always its stored
+  one; with 'previous_round' only client 1's (in round 2's cohort), while
+  client 2's round-1 term is not in the sums and is not subtracted."""
+  state, before = runs[window][1]
+  _, after = runs[window][2]
+  sums = state.finalizer.extra
+  start = _weights(state)
+  for i in COHORTS[2]:
+    own_counts = window == 'curv' or i in COHORTS[1]
+    f = [np.asarray(t) * own_counts for t in before[i].fisher]
+    fw = [t * np.asarray(w) for t, w in zip(f, before[i].weights)]
+    terms = ([np.maximum(np.asarray(u) - a, 0.0)
+              for u, a in zip(sums.fisher, f)],
+             [np.asarray(v) - a for v, a in zip(sums.fisher_weights, fw)])
+    want = _eager_fedcurv_client(start, DATA[i], terms)
+    got = [np.asarray(w) for w in after[i].weights]
+    assert _close(got, want), (window, i)
 
 
 def _penalty_distance(i, trained, contributions):
@@ -146,3 +199,6 @@ def test_invalid_hparams():
   with pytest.raises(ValueError, match='fisher_samples'):
     fedcurv.build_fedcurv(SPEC, initial_weights=W0, client_optimizer=sgd,
                           fisher_samples=0)
+  with pytest.raises(ValueError, match="fisher_window.*'previous'"):
+    fedcurv.build_fedcurv(SPEC, initial_weights=W0, client_optimizer=sgd,
+                          fisher_window='previous')

@@ -58,6 +58,19 @@ def test_snapshot_restore(store):
   assert int(store.get('a').visits) == 1
 
 
+def test_a_snapshot_of_another_structure_is_refused_and_loses_nothing(store):
+  kept = State([np.ones((2, 3), np.float32), np.ones(3, np.float32)],
+               np.int32(4))
+  store.put('a', kept)
+  good = client_state._flatten(kept)  # pylint: disable=protected-access
+  # One tensor more (a newer state type), then a shape that differs.
+  for leaves in (good + [np.int32(-1)], [np.ones((3, 2))] + good[1:]):
+    with pytest.raises(ValueError, match="client 'b'.*fresh checkpoint"):
+      store.restore({'a': good, 'b': leaves})
+    assert list(store.client_ids()) == ['a']
+    assert int(store.get('a').visits) == 4
+
+
 def test_disk_store_persists_and_keeps_nothing_in_memory(tmp_path):
   d = str(tmp_path / 's')
   a = client_state.DiskStore(initial, d)
