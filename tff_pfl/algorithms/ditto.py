@@ -77,23 +77,25 @@ def build_ditto(
     personal = process_lib._as_model_weights(state.personal_weights)  # pylint: disable=protected-access
     g, p = train_both(model, global_weights, personal, dataset,
                       broadcast.round_num)
+    # A client whose global OR personal training diverged is a diverged
+    # client (its `non_finite` is 1): it uploads nothing and keeps its
+    # state, personal model and participation count included.
+    ok = tf.logical_and(g.finite, p.finite)
     delta = local_training.select(
-        g.finite, client_works.model_delta(global_weights, g.weights),
+        ok, client_works.model_delta(global_weights, g.weights),
         client_works.zeros_like_weights(global_weights))
-    new_personal = local_training.select(p.finite, p.weights, personal)
+    new_personal = local_training.select(ok, p.weights, personal)
     metrics = p.metrics.copy()      # the personal objective's task loss
-    metrics['non_finite'] = tf.maximum(g.metrics['non_finite'],
-                                       p.metrics['non_finite'])
-    weight = tf.where(g.finite, g.metrics['num_examples'], 0.0)
+    metrics['non_finite'] = 1.0 - tf.cast(ok, tf.float32)
+    weight = tf.where(ok, g.metrics['num_examples'], 0.0)
     return process_lib.ClientOutput(
         delta, weight,
         DittoClientState(
             new_personal,
-            state.num_participations + tf.cast(p.finite, tf.int32)),
+            state.num_participations + tf.cast(ok, tf.int32)),
         metrics,
         # Eq. 10 of FedPSD: the model that is about to be aggregated.
-        local_model=local_training.select(g.finite, g.weights,
-                                          global_weights))
+        local_model=local_training.select(ok, g.weights, global_weights))
 
   def initial_state(client_id: str) -> DittoClientState:
     del client_id

@@ -37,7 +37,11 @@ Bookkeeping (what we do exactly), chosen by `fisher_window`:
   sums. Client i subtracts its own stored term only if it contributed in
   the previous round (`contributed_round` = t - 1); otherwise its term is
   not in U and V. With 10% of clients sampled, this penalty sums about
-  one tenth of the terms that 'latest' sums.
+  one tenth of the terms that 'latest' sums. (If a round's summed upload
+  is non-finite although every client's was finite, i.e. it overflowed,
+  the server keeps the previous sums, `server_control`, and for one round
+  that cohort subtracts terms that are not in them; with 'latest' such a
+  round's changes are lost for good. Neither has been seen.)
 * The penalty uses the sums at the start of the round: in round 1 they are
   zero, so round 1 is FedAvg. U - F_i is clipped at 0 against rounding.
   (FedNTD's server subtracts each client's term from the round's sums in
@@ -240,9 +244,11 @@ def build_fedcurv(
     # contributed in the previous round.
     own = FisherSums(old_f, old_fw)
     if previous_round:
+      in_sums = tf.logical_and(
+          state.num_participations > 0,
+          tf.equal(state.contributed_round, broadcast.round_num - 1))
       own = local_training.select(
-          tf.equal(state.contributed_round, broadcast.round_num - 1), own,
-          tf.nest.map_structure(tf.zeros_like, own))
+          in_sums, own, tf.nest.map_structure(tf.zeros_like, own))
     terms = FisherSums(
         fisher=[tf.maximum(u - f, 0.0)
                 for u, f in zip(broadcast.extra.fisher, own.fisher)],

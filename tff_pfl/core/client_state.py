@@ -82,19 +82,21 @@ class ClientStateStore(abc.ABC):
 
     Raises:
       ValueError: naming the first client whose flat state does not have the
-        number and shapes of an initial state's tensors (a checkpoint that a
-        different algorithm, model or code version wrote); the stored states
-        are then left as they were.
+        number of tensors of an initial state, or a tensor of another rank
+        (a checkpoint that a different algorithm, model or code version
+        wrote); the stored states are then left as they were. Dimensions
+        are not compared: some states grow (FedPSD's stored predictions
+        start with 0 rows and hold one per training sample).
     """
     structure = self._structure()
-    shapes = [np.shape(t) for t in _flatten(structure)]
+    ranks = [np.ndim(t) for t in _flatten(structure)]
     for c, leaves in snapshot.items():
-      got = [np.shape(t) for t in leaves]
-      if got != shapes:
+      got = [np.ndim(t) for t in leaves]
+      if got != ranks:
         raise ValueError(
             f'the saved state of client {c!r} does not fit this algorithm '
-            f'and model: {len(got)} tensors of shapes {got}, expected '
-            f'{len(shapes)} of shapes {shapes} (a different algorithm, model '
+            f'and model: {len(got)} tensors of ranks {got}, expected '
+            f'{len(ranks)} of ranks {ranks} (a different algorithm, model '
             'or code version wrote it); use a fresh checkpoint directory.')
     self.clear()
     for c, leaves in snapshot.items():

@@ -68,21 +68,30 @@ def _batch_norm_spec():
   return helpers.make_batch_norm_encoder_head_spec(SPEC.input_spec)
 
 
+def _assert_same(got, want):
+  for g, w in zip(_leaves(got), _leaves(want), strict=True):
+    np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize(
     'name, kwargs',
     [(name, {}) for name in sorted(registry.ALGORITHMS)] +
     [(name, {'local_statistics': True})
-     for name in ('afedcl', 'fedper', 'fedrep')])
+     for name in ('afedcl', 'fedper', 'fedrep')] +
+    [('fedcurv', {'fisher_window': 'previous_round'})])
 def test_a_diverged_participation_leaves_the_client_state_untouched(
     name, kwargs):
-  # A client whose first participation diverges (non-finite features) must
-  # come back as it went in: its update is dropped and nothing it computed
-  # may be kept, not even the participation count, because methods read
+  # A client whose participation diverges (NaN features) must come
+  # back as it went in: its update is dropped and nothing it computed may
+  # be kept, not even the participation count, because methods read
   # `num_participations > 0` as "has its own trained state" (MOON's
-  # previous model, FedPSD's stored predictions and personal model,
-  # the own BatchNorm statistics of `local_statistics`). Its next, finite
-  # participation is then a first one and must train normally.
-  spec = _batch_norm_spec() if kwargs else SPEC
+  # previous model, FedPSD's stored predictions and personal model, the
+  # own BatchNorm statistics of `local_statistics`). Client 1 first joins
+  # in round 2, after the global model has moved (so a fallback to the
+  # global model would differ from its stored state), and diverges; its
+  # finite round 3 is then its first participation; it diverges again in
+  # round 4 and must keep its round-3 state.
+  spec = _batch_norm_spec() if 'local_statistics' in kwargs else SPEC
   process = registry.build(
       name, spec, initial_weights=spec.initial_weights(seed=0),
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
@@ -91,18 +100,28 @@ def test_a_diverged_participation_leaves_the_client_state_untouched(
       run_context=dict(num_clients=2, total_rounds=4), **kwargs)
   (x0, y0), (x1, y1) = helpers.make_client_arrays(2)
   good = [_indexed_dataset(x0, y0), _indexed_dataset(x1, y1)]
-  bad = _indexed_dataset(np.full_like(x1, 1e30), y1)
+  bad = _indexed_dataset(np.full_like(x1, np.nan), y1)
   initial = [process.initial_client_state(str(i)) for i in range(2)]
 
   state = process.initialize()
-  state, states, metrics = process.next(state, initial, [good[0], bad])
-  assert metrics['client_work']['non_finite'] == 1.0
-  for got, want in zip(_leaves(states[1]), _leaves(initial[1])):
-    np.testing.assert_array_equal(got, want)
-  assert int(states[0].num_participations) == 1
-  assert int(states[1].num_participations) == 0
+  state, (s0,), _ = process.next(state, initial[:1], good[:1])
+  if name != 'nofl':   # No-FL has no global model to move.
+    assert any(not np.array_equal(a, b) for a, b in zip(
+        state.global_model_weights.trainable,
+        spec.initial_weights(seed=0).trainable))
 
-  state, states, metrics = process.next(state, states, good)
+  state, (s0, s1), metrics = process.next(state, [s0, initial[1]],
+                                          [good[0], bad])
+  assert metrics['client_work']['non_finite'] == 1.0
+  _assert_same(s1, initial[1])
+  assert int(s1.num_participations) == 0
+
+  state, (s0, s1), metrics = process.next(state, [s0, s1], good)
   assert metrics['client_work']['non_finite'] == 0.0
-  assert int(states[1].num_participations) == 1
-  assert all(np.all(np.isfinite(t)) for t in _leaves(states))
+  assert int(s1.num_participations) == 1
+  assert all(np.all(np.isfinite(t)) for t in _leaves([s0, s1]))
+
+  state, (s0, s1_after), metrics = process.next(state, [s0, s1],
+                                                [good[0], bad])
+  assert metrics['client_work']['non_finite'] == 1.0
+  _assert_same(s1_after, s1)

@@ -62,13 +62,26 @@ def test_a_snapshot_of_another_structure_is_refused_and_loses_nothing(store):
   kept = State([np.ones((2, 3), np.float32), np.ones(3, np.float32)],
                np.int32(4))
   store.put('a', kept)
-  good = client_state._flatten(kept)  # pylint: disable=protected-access
-  # One tensor more (a newer state type), then a shape that differs.
-  for leaves in (good + [np.int32(-1)], [np.ones((3, 2))] + good[1:]):
+  store.put('c', kept)
+  changed = client_state._flatten(kept._replace(visits=np.int32(9)))  # pylint: disable=protected-access
+  # One tensor more (a newer state type), then a tensor of another rank.
+  for bad in (changed + [np.int32(-1)], [np.ones(6)] + changed[1:]):
     with pytest.raises(ValueError, match="client 'b'.*fresh checkpoint"):
-      store.restore({'a': good, 'b': leaves})
-    assert list(store.client_ids()) == ['a']
+      store.restore({'a': changed, 'b': bad})
+    # Nothing was replaced: 'c' (not in the snapshot) and 'a' as they were.
+    assert sorted(store.client_ids()) == ['a', 'c']
     assert int(store.get('a').visits) == 4
+
+
+def test_a_snapshot_of_grown_tensors_is_restored(store):
+  """States whose tensors grow (FedPSD's predictions: 0 rows initially,
+  one per sample once trained) restore with their own dimensions."""
+  grown = State([np.ones((5, 3), np.float32), np.ones(7, np.float32)],
+                np.int32(2))
+  store.restore({'a': client_state._flatten(grown)})  # pylint: disable=protected-access
+  got = store.get('a')
+  assert got.weights[0].shape == (5, 3) and got.weights[1].shape == (7,)
+  assert int(got.visits) == 2
 
 
 def test_disk_store_persists_and_keeps_nothing_in_memory(tmp_path):
