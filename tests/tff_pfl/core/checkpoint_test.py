@@ -1,14 +1,20 @@
 """Checkpoint/resume: a stopped and resumed run equals an unstopped one."""
 
+import collections
+
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_pfl.algorithms import ditto
+from tff_pfl.algorithms import fedpsd
 from tff_pfl.core import checkpoint
 from tff_pfl.core import client_state
 from tff_pfl.core import loop
+from tff_pfl.core import model_spec
 from tff_pfl.core import sampling
+from tff_pfl.data import client_data
 
 from tests.tff_pfl import conftest as helpers
 
@@ -16,26 +22,49 @@ IDS = [f'client_{i:03d}' for i in range(4)]
 ARRAYS = dict(zip(IDS, helpers.make_client_arrays(4)))
 
 
-def _dataset_fn(client_id, round_num, split):
+def _dataset_fn(client_id, round_num, split, index=False):
   x, y = ARRAYS[client_id]
-  ds = helpers.to_dataset(x, y, batch_size=6)
+  ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
+  if index:
+    ds = client_data.with_index(ds)
   if split == 'train':   # round-dependent order, as the real pipeline has
-    ds = ds.unbatch().shuffle(64, seed=loop.derive_seed(round_num, client_id))
-    ds = ds.batch(6)
-  return ds
+    ds = ds.shuffle(64, seed=loop.derive_seed(round_num, client_id))
+  return ds.batch(6)
 
 
-def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a', architecture=''):
+def _ditto():
   spec = helpers.make_spec()
-  process = ditto.build_ditto(
+  return ditto.build_ditto(
       spec, initial_weights=spec.initial_weights(0), lambda_=0.5,
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+
+
+def _fedpsd():
+  """FedPSD: its client state grows (stored predictions, one row per
+  training sample), which a restored checkpoint must accept."""
+  base = helpers.make_spec()
+  spec = model_spec.ModelSpec(
+      base.keras_model_fn,
+      dict(base.input_spec, index=tf.TensorSpec([None], tf.int64)),
+      'classification', helpers.NUM_CLASSES)
+  return fedpsd.build_fedpsd(
+      spec, initial_weights=spec.initial_weights(0),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      local_epochs=2, total_rounds=5)
+
+
+def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a', architecture='',
+         build=_ditto):
+  process = build()
+  dataset_fn = _dataset_fn
+  if build is _fedpsd:
+    dataset_fn = lambda c, r, split: _dataset_fn(c, r, split, index=True)
   if store_dir:
     store = client_state.DiskStore(process.initial_client_state, store_dir)
   else:
     store = client_state.MemoryStore(process.initial_client_state)
   return loop.run(
-      process, client_ids=IDS, dataset_fn=_dataset_fn, rounds=rounds,
+      process, client_ids=IDS, dataset_fn=dataset_fn, rounds=rounds,
       sampler=sampling.ParticipationStream(IDS, clients_per_round=2, seed=5),
       store=store, eval_every=2,
       checkpoints=checkpoint.CheckpointManager(ckpt_dir) if ckpt_dir else None,
@@ -64,6 +93,22 @@ def test_resumed_run_equals_unstopped_run(tmp_path):
         full_store.get(cid).personal_weights.trainable[0], rtol=1e-6,
         atol=1e-7)
   assert len(resumed.clients) == len(full.clients)
+
+
+def test_a_fedpsd_run_resumes_with_its_grown_client_states(tmp_path):
+  full, full_store = _run(5, None, build=_fedpsd)
+  _run(4, str(tmp_path / 'ck'), build=_fedpsd)
+  resumed, store = _run(5, str(tmp_path / 'ck'), build=_fedpsd)
+  assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5]
+  assert resumed.final == pytest.approx(full.final, rel=1e-6)
+  grown = 0
+  for cid in IDS:
+    got, want = store.get(cid), full_store.get(cid)
+    assert int(got.num_participations) == int(want.num_participations)
+    np.testing.assert_allclose(got.predictions, want.predictions,
+                               rtol=1e-6, atol=1e-7)
+    grown += np.shape(got.predictions)[0] > 0
+  assert grown > 0
 
 
 def test_resume_with_another_configuration_is_refused(tmp_path):
