@@ -91,6 +91,10 @@ flags.DEFINE_float('learning_rate', 1e-3, 'Client learning rate.')
 flags.DEFINE_float('afedcl_lambda', 0.1, 'AFedCL lambda for the table.')
 flags.DEFINE_integer('eval_every', 10, 'Evaluate every N rounds.')
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+flags.DEFINE_integer('max_concurrent_clients', None, 'Cap on clients the '
+                     'TFF worker trains at once (default: all of a round): '
+                     'lowers its peak memory; results and finished cells '
+                     'are unaffected.', lower_bound=1)
 flags.DEFINE_bool('write_only', False, 'Train nothing: write the tables and '
                   'figures from the cells that finished (the others are '
                   'listed as missing).')
@@ -355,7 +359,7 @@ def make_config(partition: str, shots: int, seed: int, *, model=None,
       rounds=FLAGS.rounds, local_epochs=FLAGS.local_epochs,
       batch_size=FLAGS.batch_size, optimizer=FLAGS.optimizer,
       learning_rate=FLAGS.learning_rate, eval_every=FLAGS.eval_every,
-      seed=seed)
+      seed=seed, max_concurrent_clients=FLAGS.max_concurrent_clients)
 
 
 def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:

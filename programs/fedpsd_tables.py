@@ -143,6 +143,10 @@ flags.DEFINE_integer('max_train_samples', None, 'Cap of training samples '
                      'per client (for quick runs; the paper uses all).')
 flags.DEFINE_integer('eval_every', 5, 'Evaluate all clients every N rounds.')
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
+flags.DEFINE_integer('max_concurrent_clients', None, 'Cap on clients the '
+                     'TFF worker trains at once (default: all of a round): '
+                     'lowers its peak memory; results and finished cells '
+                     'are unaffected.', lower_bound=1)
 flags.DEFINE_bool('write_only', False, 'Train nothing: write the tables and '
                   'figures from the cells that finished (the others are '
                   'listed as missing).')
@@ -214,7 +218,8 @@ def make_config(setting: str, seed: int, *, model=None, model_options=None,
       weight_decay=FLAGS.weight_decay,
       learning_rate_decay=FLAGS.learning_rate_decay,
       augment=augmentation(dataset),
-      eval_every=FLAGS.eval_every, local_eval=True, seed=seed)
+      eval_every=FLAGS.eval_every, local_eval=True, seed=seed,
+      max_concurrent_clients=FLAGS.max_concurrent_clients)
 
 
 def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:

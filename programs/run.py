@@ -102,7 +102,8 @@ flags.DEFINE_bool('resume', True, 'Resume from the newest checkpoint if one '
 flags.DEFINE_enum('client_store', 'memory', ['memory', 'disk'], 'Keep client '
                   'states in memory or one file per client on disk.')
 flags.DEFINE_integer('max_concurrent_clients', None, 'Cap on concurrently '
-                     'trained clients in the TFF worker (memory).')
+                     'trained clients in the TFF worker (memory); results '
+                     'are unaffected.', lower_bound=1)
 
 
 def _print_list() -> None:

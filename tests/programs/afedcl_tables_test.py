@@ -47,8 +47,9 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   assert features.exists() and not (cell / 'features.npz').exists()
   assert (tmp_path / 'disjoint_3_k10_K2' / 'seed1' / 'fedavg' /
           'summary.json').exists()
-  # A second call finds every cell finished and trains nothing.
-  again = _run(args)
+  # A second call finds every cell finished and trains nothing (a
+  # concurrency cap is a memory knob: it does not make a cell stale).
+  again = _run(args + ['--max_concurrent_clients=1'])
   assert again.returncode == 0, again.stdout[-3000:]
   assert 'personalized acc' not in again.stdout
   # ... but not when AFedCL's lambda changed: the finished cell is not

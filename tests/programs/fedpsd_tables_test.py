@@ -91,8 +91,9 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   for protocol in ('local', 'personal'):
     other = (tmp_path / f'table1_{protocol}.md').read_text()
     assert f'({protocol})' in other and '| fedpsd |' in other
-  # A second call finds every cell finished and trains nothing.
-  again = _run(args)
+  # A second call finds every cell finished and trains nothing (a
+  # concurrency cap is a memory knob: it does not make a cell stale).
+  again = _run(args + ['--max_concurrent_clients=1'])
   assert again.returncode == 0, again.stdout[-3000:]
   assert 'personalized acc' not in again.stdout
   # --write_only with a seed that never ran: nothing trains, the table

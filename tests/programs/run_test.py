@@ -67,3 +67,30 @@ def test_participation_rate_is_validated(tmp_path):
                f'--output_dir={tmp_path}', '--progress=false'])
   assert proc.returncode != 0
   assert '--participation_rate must be in (0, 1]' in proc.stdout
+
+
+def test_capping_worker_concurrency_changes_memory_not_results(tmp_path):
+  # --max_concurrent_clients is the knob for encoders whose uncapped round
+  # does not fit in memory (BUILD_NOTES): the rounds it trains must be the
+  # uncapped ones, bit for bit, stateful clients included.
+  common = ['--algorithm=fedavg,moon', '--dataset=iris', '--partition=iid',
+            '--num_clients=4', '--rounds=2', '--model=mlp', '--batch_size=8',
+            '--learning_rate=0.1', '--progress=false']
+  for name, extra in (('uncapped', []),
+                      ('capped', ['--max_concurrent_clients=1'])):
+    proc = _run(common + extra + [f'--output_dir={tmp_path / name}'])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = json.loads((tmp_path / name / 'moon' / 'summary.json').read_text())
+    assert summary['config']['max_concurrent_clients'] == (
+        1 if extra else None)
+  for algo in ('fedavg', 'moon'):
+    tables = [pd.read_csv(tmp_path / name / algo / 'rounds.csv')
+              for name in ('uncapped', 'capped')]
+    timing = [c for c in tables[0].columns if 'seconds' in c]
+    assert list(tables[0]['round']) == [1, 2]
+    pd.testing.assert_frame_equal(tables[0].drop(columns=timing),
+                                  tables[1].drop(columns=timing))
+  proc = _run(common + ['--max_concurrent_clients=0',
+                        f'--output_dir={tmp_path / "zero"}'])
+  assert proc.returncode != 0
+  assert '--max_concurrent_clients=0: 0 is not a positive integer' in proc.stdout
