@@ -27,6 +27,7 @@ import numpy as np
 import keras_models
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
+from tff_pfl.core import runtime
 
 _SAFE = re.compile(r'[^A-Za-z0-9_.=-]+')
 
@@ -192,6 +193,9 @@ def run_cell(config: experiment.ExperimentConfig,
   experiment.write_outputs(out, cfg, method, result, data.partition)
   if after is not None:
     after(result, out)
+  # The next cell starts a fresh TFF worker: one worker keeps memory from
+  # every cell it ran (BUILD_NOTES, "Worker memory").
+  runtime.shutdown()
   acc = result.final.get('personal/accuracy_mean', float('nan'))
   print(f'{out}: personalized acc {acc:.4f} ({time.time() - t0:.0f}s)',
         flush=True)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 import keras_models
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
+from tff_pfl.core import runtime
 from tff_pfl.data import registry as data_registry
 
 FLAGS = flags.FLAGS
@@ -252,6 +253,9 @@ def main(argv):
     bar.close()
     experiment.write_outputs(out, config, name, result, data.partition)
     results[name] = result
+    # A fresh TFF worker for the next algorithm: one worker keeps memory
+    # from every computation it ran (BUILD_NOTES, "Worker memory").
+    runtime.shutdown()
   table = comparison_table(results)
   print(table)
   if several:

@@ -1,12 +1,15 @@
-"""Tests for programs.grid (cell bookkeeping; no training)."""
+"""Tests for programs.grid (cell bookkeeping; one test trains two tiny cells)."""
 
 import json
 import re
 
 from absl import app
+import psutil
 import pytest
 
 from programs import grid
+from tff_pfl import experiment
+from tff_pfl.core import runtime
 
 
 def _finished_cell(path, rounds, final, checkpoints=(5, 10)):
@@ -113,3 +116,29 @@ def test_mean_std_marks_a_single_seed():
   assert grid.mean_std([]) == '-'
   assert grid.mean_std([0.5]) == '50.00 (1 seed)'
   assert grid.mean_std([0.5, 0.7]) == '60.00 ± 10.00'
+
+
+def _tff_workers() -> list[int]:
+  return [p.pid for p in psutil.Process().children()
+          if p.name().startswith('worker_binary')]
+
+
+def test_each_cell_runs_in_a_fresh_tff_worker(tmp_path):
+  # One worker keeps memory from every cell it ran (BUILD_NOTES, "Worker
+  # memory"): a cell's worker must end with it, and the next cell start
+  # its own.
+  config = experiment.ExperimentConfig(dataset='iris', num_clients=3,
+                                       clients_per_round=3, rounds=1)
+  data = experiment.prepare(config)
+  seen = []
+  try:
+    for method in ('fedavg', 'moon'):
+      grid.run_cell(config, data, method, str(tmp_path / method),
+                    checkpoint_every=1,
+                    after=lambda result, out: seen.append(_tff_workers()))
+      assert not _tff_workers(), f'{method} left its worker running'
+      assert (tmp_path / method / 'summary.json').exists()
+  finally:
+    runtime.ensure_context()   # for the tests after this one
+  assert len(seen) == 2 and all(len(w) == 1 for w in seen), seen
+  assert seen[0] != seen[1]

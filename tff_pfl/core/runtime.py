@@ -38,13 +38,15 @@ _installed = False
 
 
 def _stop_workers(timeout_s: float) -> None:
-  """Stops this process's TFF workers: SIGINT, then SIGKILL after a wait.
+  """Stops this process's TFF workers: SIGTERM, then SIGKILL after a wait.
 
   TFF's own clean-up (`ServiceManager.__del__`) sends SIGINT and then waits
-  for the worker without a time limit; after long runs the worker does not
-  always exit on SIGINT and the Python process hangs at exit (seen after a
-  30-minute MNIST run). The killed workers are left as zombies for TFF's
-  `Popen.wait()` to reap.
+  for the worker without a time limit. A program started in the background
+  (`cmd &` or `nohup cmd &` from a script) runs with SIGINT ignored, which
+  the worker inherits, so SIGINT never ends it: the Python process hung at
+  exit (seen after a 30-minute MNIST run), and with a time limit every stop
+  waited it out (10 s per cell of a grid). SIGTERM is not ignored there.
+  The ended workers are left as zombies for TFF's `Popen.wait()` to reap.
   """
   try:
     children = psutil.Process().children()
@@ -59,7 +61,7 @@ def _stop_workers(timeout_s: float) -> None:
       continue
   for w in workers:
     try:
-      w.send_signal(signal.SIGINT)
+      w.send_signal(signal.SIGTERM)
     except psutil.Error:
       pass
   deadline = time.monotonic() + timeout_s

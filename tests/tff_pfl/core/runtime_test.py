@@ -9,23 +9,39 @@ import time
 from tff_pfl.core import runtime
 
 
-def test_a_worker_that_ignores_sigint_is_killed(tmp_path):
-  # A stand-in for TFF's worker_binary that ignores SIGINT, as the real one
-  # sometimes does after long runs (then TFF's own clean-up waits forever).
+def _stand_in_worker(tmp_path, ignored: str):
+  """A stand-in for TFF's worker_binary that ignores the signals `ignored`."""
   fake = tmp_path / 'worker_binary_t'       # process name <= 15 characters
   shutil.copy('/bin/bash', fake)
   ready = tmp_path / 'trap_installed'
   proc = subprocess.Popen([
       str(fake), '-c',
-      f'trap "" INT; touch {ready}; while :; do sleep 0.1; done'])
+      f'trap "" {ignored}; touch {ready}; while :; do sleep 0.1; done'])
+  # A signal sent before bash has installed the trap would end it at once:
+  # wait for the trap, so the test checks the path it names.
+  deadline = time.monotonic() + 10
+  while not ready.exists():
+    assert time.monotonic() < deadline, 'stand-in worker never started'
+    assert proc.poll() is None, 'stand-in worker exited early'
+    time.sleep(0.01)
+  return proc
+
+
+def test_a_worker_that_ignores_sigint_ends_on_sigterm(tmp_path):
+  # A program started in the background by a script runs with SIGINT
+  # ignored, and so does its worker: TFF's own SIGINT never ends it.
+  proc = _stand_in_worker(tmp_path, 'INT')
   try:
-    # SIGINT sent before bash has installed the trap would end it at once
-    # (-SIGINT): wait for the trap, so the test checks the SIGKILL path.
-    deadline = time.monotonic() + 10
-    while not ready.exists():
-      assert time.monotonic() < deadline, 'stand-in worker never started'
-      assert proc.poll() is None, 'stand-in worker exited early'
-      time.sleep(0.01)
+    runtime._stop_workers(timeout_s=30)  # pylint: disable=protected-access
+    assert proc.wait(timeout=10) == -signal.SIGTERM
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+
+
+def test_a_worker_that_ignores_sigterm_is_killed(tmp_path):
+  proc = _stand_in_worker(tmp_path, 'INT TERM')
+  try:
     runtime._stop_workers(timeout_s=0.5)  # pylint: disable=protected-access
     assert proc.wait(timeout=10) == -signal.SIGKILL
   finally:
