@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tff_pfl.core import runtime
 
 
@@ -27,23 +29,18 @@ def _stand_in_worker(tmp_path, ignored: str):
   return proc
 
 
-def test_a_worker_that_ignores_sigint_ends_on_sigterm(tmp_path):
-  # A program started in the background by a script runs with SIGINT
-  # ignored, and so does its worker: TFF's own SIGINT never ends it.
-  proc = _stand_in_worker(tmp_path, 'INT')
+@pytest.mark.parametrize('ignored, timeout_s, ended_by', [
+    # A program started in the background by a script runs with SIGINT
+    # ignored, and so does its worker: TFF's own SIGINT never ends it.
+    ('INT', 30.0, signal.SIGTERM),
+    ('INT TERM', 0.5, signal.SIGKILL),
+])
+def test_a_worker_is_ended_whatever_it_ignores(tmp_path, ignored, timeout_s,
+                                               ended_by):
+  proc = _stand_in_worker(tmp_path, ignored)
   try:
-    runtime._stop_workers(timeout_s=30)  # pylint: disable=protected-access
-    assert proc.wait(timeout=10) == -signal.SIGTERM
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-
-
-def test_a_worker_that_ignores_sigterm_is_killed(tmp_path):
-  proc = _stand_in_worker(tmp_path, 'INT TERM')
-  try:
-    runtime._stop_workers(timeout_s=0.5)  # pylint: disable=protected-access
-    assert proc.wait(timeout=10) == -signal.SIGKILL
+    runtime._stop_workers(timeout_s=timeout_s)  # pylint: disable=protected-access
+    assert proc.wait(timeout=10) == -ended_by
   finally:
     if proc.poll() is None:
       proc.kill()
