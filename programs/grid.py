@@ -170,6 +170,10 @@ def run_cell(config: experiment.ExperimentConfig,
              after: Optional[Callable[[Any, str], None]] = None) -> Any:
   """Runs one cell (resuming its checkpoints) and writes its outputs.
 
+  Ends with `runtime.shutdown()`: the cell's TFF worker stops and the
+  default context is dropped (the next cell installs a fresh one), so
+  `after` is the last place a cell may call a TFF computation.
+
   Args:
     config: the data/training config of the cell.
     data: `experiment.prepare(config)`.

@@ -1,5 +1,6 @@
 """Tests for programs.grid (cell bookkeeping; one test trains two tiny cells)."""
 
+import dataclasses
 import json
 import re
 
@@ -118,9 +119,16 @@ def test_mean_std_marks_a_single_seed():
   assert grid.mean_std([0.5, 0.7]) == '60.00 ± 10.00'
 
 
-def _tff_workers() -> list[int]:
-  return [p.pid for p in psutil.Process().children()
-          if p.name().startswith('worker_binary')]
+def _tff_workers() -> dict[int, list[str]]:
+  """This process's TFF workers: pid -> command line."""
+  workers = {}
+  for p in psutil.Process().children():
+    try:
+      if p.name().startswith('worker_binary'):
+        workers[p.pid] = p.cmdline()
+    except psutil.Error:
+      continue
+  return workers
 
 
 def test_each_cell_runs_in_a_fresh_tff_worker(tmp_path):
@@ -132,8 +140,10 @@ def test_each_cell_runs_in_a_fresh_tff_worker(tmp_path):
   data = experiment.prepare(config)
   seen = []
   try:
-    for method in ('fedavg', 'moon'):
-      grid.run_cell(config, data, method, str(tmp_path / method),
+    # The second cell caps the worker: the fresh worker must get the cap.
+    for method, cap in (('fedavg', None), ('moon', 1)):
+      grid.run_cell(dataclasses.replace(config, max_concurrent_clients=cap),
+                    data, method, str(tmp_path / method),
                     checkpoint_every=1,
                     after=lambda result, out: seen.append(_tff_workers()))
       assert not _tff_workers(), f'{method} left its worker running'
@@ -141,4 +151,7 @@ def test_each_cell_runs_in_a_fresh_tff_worker(tmp_path):
   finally:
     runtime.ensure_context()   # for the tests after this one
   assert len(seen) == 2 and all(len(w) == 1 for w in seen), seen
-  assert seen[0] != seen[1]
+  assert seen[0].keys() != seen[1].keys()
+  flags = [' '.join(*w.values()) for w in seen]
+  assert '--max_concurrent_computation_calls=1' not in flags[0], flags[0]
+  assert '--max_concurrent_computation_calls=1' in flags[1], flags[1]

@@ -89,7 +89,8 @@ def test_capping_worker_concurrency_changes_memory_not_results(tmp_path):
     timing = [c for c in tables[0].columns if 'seconds' in c]
     assert list(tables[0]['round']) == [1, 2]
     pd.testing.assert_frame_equal(tables[0].drop(columns=timing),
-                                  tables[1].drop(columns=timing))
+                                  tables[1].drop(columns=timing),
+                                  check_exact=True)
   proc = _run(common + ['--max_concurrent_clients=0',
                         f'--output_dir={tmp_path / "zero"}'])
   assert proc.returncode != 0

@@ -8,7 +8,8 @@ from tff_pfl import experiment
 def test_fingerprint_ignores_run_time_knobs_and_rounds_unless_scheduled():
   config = experiment.ExperimentConfig(rounds=10)
   more = dataclasses.replace(config, rounds=20, eval_every=5,
-                             local_eval=True, data_dir='/elsewhere')
+                             local_eval=True, data_dir='/elsewhere',
+                             max_concurrent_clients=1)
   # FedAvg may resume to more rounds: nothing it computes depends on them.
   assert (experiment.fingerprint(config, 'fedavg')
           == experiment.fingerprint(more, 'fedavg'))

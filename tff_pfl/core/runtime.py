@@ -107,7 +107,10 @@ def _warn_if_pure_python_protobuf() -> None:
 def ensure_context(
     max_concurrent_computation_calls: Optional[int] = None,
 ) -> None:
-  """Installs a sync local C++ context once (shutdown runs at exit).
+  """Installs a sync local C++ context unless one is installed.
+
+  It stays until `shutdown()` (which also runs at exit); a cap passed while
+  a context is installed is ignored, so `shutdown()` first to change it.
 
   Args:
     max_concurrent_computation_calls: caps how many client computations the
