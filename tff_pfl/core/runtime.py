@@ -45,7 +45,7 @@ def _stop_workers(timeout_s: float) -> None:
   (`cmd &` or `nohup cmd &` from a script) runs with SIGINT ignored, which
   the worker inherits, so SIGINT never ends it: the Python process hung at
   exit (seen after a 30-minute MNIST run), and with a time limit every stop
-  waited it out (10 s per cell of a grid). SIGTERM is not ignored there.
+  waited it out (10 s per stop). SIGTERM is not ignored there.
   The ended workers are left as zombies for TFF's `Popen.wait()` to reap.
   """
   try:
