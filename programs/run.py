@@ -19,6 +19,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import json
 import sys
 import time
+from typing import Any, Mapping, NamedTuple
 
 from absl import app
 from absl import flags
@@ -173,7 +174,19 @@ def _config_from_flags():
       max_concurrent_clients=FLAGS.max_concurrent_clients)
 
 
-def comparison_table(results) -> str:
+class Summary(NamedTuple):
+  """What the comparison table needs from one algorithm's `RunResult`.
+
+  Kept instead of the `RunResult`, which holds the final server state, the
+  client-state store and the process: with several algorithms those would
+  stay in memory until the program ends.
+  """
+  final: dict[str, Any]
+  best_test: dict[str, Any]
+  seconds_per_round: float
+
+
+def comparison_table(results: Mapping[str, Summary]) -> str:
   """A Markdown table of final and best-on-test personalized metrics."""
   local = any('local/accuracy_mean' in r.final for r in results.values())
   lines = ['| algorithm | personalized acc (final) | macro-F1 (final) | '
@@ -252,7 +265,9 @@ def main(argv):
                    if FLAGS.client_store == 'disk' else None))
     bar.close()
     experiment.write_outputs(out, config, name, result, data.partition)
-    results[name] = result
+    results[name] = Summary(result.final, result.best_test,
+                            result.seconds_per_round)
+    del result
     # A fresh TFF worker for the next algorithm: one worker keeps memory
     # from every computation it ran (BUILD_NOTES, "Worker memory").
     runtime.shutdown()

@@ -95,3 +95,18 @@ def test_capping_worker_concurrency_changes_memory_not_results(tmp_path):
                         f'--output_dir={tmp_path / "zero"}'])
   assert proc.returncode != 0
   assert '--max_concurrent_clients=0: 0 is not a positive integer' in proc.stdout
+
+
+def test_comparison_table_reads_only_the_summary():
+  from programs import run  # pylint: disable=import-outside-toplevel
+  table = run.comparison_table({
+      'fedavg': run.Summary(
+          final={'personal/accuracy_mean': 0.5, 'global/accuracy_mean': 0.25},
+          best_test={'personal/accuracy_mean': 0.75, 'round': 3},
+          seconds_per_round=1.5),
+      'regressor': run.Summary(
+          final={'personal/mae_mean': 0.125, 'global/mae_mean': 0.5},
+          best_test={'round': 1}, seconds_per_round=2.0)})
+  rows = table.splitlines()
+  assert rows[2] == '| fedavg | 50.00 | - | - | 25.00 | 75.00 (3) | 1.50 |'
+  assert rows[3] == '| regressor | MAE 0.125 | - | - | 0.500 | - | 2.00 |'
