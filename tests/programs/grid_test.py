@@ -122,10 +122,9 @@ def test_mean_std_marks_a_single_seed():
 def _tff_workers() -> dict[int, list[str]]:
   """This process's TFF workers: pid -> command line."""
   workers = {}
-  for p in psutil.Process().children():
+  for p in runtime._workers():  # pylint: disable=protected-access
     try:
-      if p.name().startswith('worker_binary'):
-        workers[p.pid] = p.cmdline()
+      workers[p.pid] = p.cmdline()
     except psutil.Error:
       continue
   return workers

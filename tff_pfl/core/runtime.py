@@ -37,6 +37,25 @@ import tensorflow_federated as tff
 _installed = False
 
 
+def _workers() -> list['psutil.Process']:
+  """This process's TFF `worker_binary` children.
+
+  Ended workers that TFF has not reaped yet (zombies) are included.
+  """
+  try:
+    children = psutil.Process().children()
+  except psutil.Error:
+    return []
+  workers = []
+  for child in children:
+    try:
+      if child.name().startswith('worker_binary'):
+        workers.append(child)
+    except psutil.Error:
+      continue
+  return workers
+
+
 def _stop_workers(timeout_s: float) -> None:
   """Stops this process's TFF workers: SIGTERM, then SIGKILL after a wait.
 
@@ -48,17 +67,7 @@ def _stop_workers(timeout_s: float) -> None:
   waited it out (10 s per stop). SIGTERM is not ignored there.
   The ended workers are left as zombies for TFF's `Popen.wait()` to reap.
   """
-  try:
-    children = psutil.Process().children()
-  except psutil.Error:
-    return
-  workers = []
-  for child in children:
-    try:
-      if child.name().startswith('worker_binary'):
-        workers.append(child)
-    except psutil.Error:
-      continue
+  workers = _workers()
   for w in workers:
     try:
       w.send_signal(signal.SIGTERM)
