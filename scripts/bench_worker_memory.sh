@@ -24,7 +24,7 @@ while kill -0 "$parent" 2>/dev/null; do
 done > "$OUT/rss.txt"
 wait "$parent"
 end=$(date +%s.%N)
-echo "wall $(echo "$end - $start" | bc) s"
+awk -v a="$start" -v b="$end" 'BEGIN { printf "wall %.1f s\n", b - a }'
 echo "workers (pid: peak RSS MB, in start order):"
 awk '{ if (!($1 in peak)) order[n++] = $1; if ($2 > peak[$1]) peak[$1] = $2 }
      END { for (i = 0; i < n; i++) printf "  %s: %d\n", order[i], peak[order[i]] / 1024 }' "$OUT/rss.txt"
