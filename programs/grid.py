@@ -27,7 +27,6 @@ import numpy as np
 import keras_models
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
-from tff_pfl.core import runtime
 
 _SAFE = re.compile(r'[^A-Za-z0-9_.=-]+')
 
@@ -170,9 +169,9 @@ def run_cell(config: experiment.ExperimentConfig,
              after: Optional[Callable[[Any, str], None]] = None) -> Any:
   """Runs one cell (resuming its checkpoints) and writes its outputs.
 
-  Ends with `runtime.shutdown()`: the cell's TFF worker stops and the
-  default context is dropped (the next cell installs a fresh one), so
-  `after` is the last place a cell may call a TFF computation.
+  Through `experiment.run_into`, which ends with `runtime.shutdown()`: the
+  cell's TFF worker stops (the next cell starts a fresh one), so `after` is
+  the last place a cell may call a TFF computation.
 
   Args:
     config: the data/training config of the cell.
@@ -189,17 +188,9 @@ def run_cell(config: experiment.ExperimentConfig,
   cfg = copy.deepcopy(config)
   cfg.algorithm_params = {name: params}
   t0 = time.time()
-  result = experiment.run_algorithm(
-      cfg, data, name, store_dir=store_dir,
-      checkpoint_dir=os.path.join(out, 'checkpoints'),
-      checkpoint_every=checkpoint_every,
-      metrics_dir=os.path.join(out, 'metrics'))
-  experiment.write_outputs(out, cfg, method, result, data.partition)
-  if after is not None:
-    after(result, out)
-  # The next cell starts a fresh TFF worker: one worker keeps memory from
-  # every cell it ran (BUILD_NOTES, "Worker memory").
-  runtime.shutdown()
+  result = experiment.run_into(
+      out, cfg, data, name, label=method, after=after, store_dir=store_dir,
+      checkpoint_every=checkpoint_every)
   acc = result.final.get('personal/accuracy_mean', float('nan'))
   print(f'{out}: personalized acc {acc:.4f} ({time.time() - t0:.0f}s)',
         flush=True)

@@ -32,7 +32,6 @@ from tqdm import tqdm
 import keras_models
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
-from tff_pfl.core import runtime
 from tff_pfl.data import registry as data_registry
 
 FLAGS = flags.FLAGS
@@ -256,21 +255,16 @@ def main(argv):
               f'({row["round_seconds"]:.1f}s)', flush=True)
 
     out = os.path.join(FLAGS.output_dir, name) if several else FLAGS.output_dir
-    result = experiment.run_algorithm(
-        config, data, name, progress=progress,
-        checkpoint_dir=os.path.join(out, 'checkpoints'),
+    # Ends this algorithm's TFF worker: the next one starts a fresh worker.
+    result = experiment.run_into(
+        out, config, data, name, progress=progress,
         checkpoint_every=FLAGS.checkpoint_every, resume=FLAGS.resume,
-        metrics_dir=os.path.join(out, 'metrics'),
         store_dir=(os.path.join(out, 'client_states')
                    if FLAGS.client_store == 'disk' else None))
     bar.close()
-    experiment.write_outputs(out, config, name, result, data.partition)
     results[name] = Summary(result.final, result.best_test,
                             result.seconds_per_round)
     del result
-    # A fresh TFF worker for the next algorithm: one worker keeps memory
-    # from every computation it ran (BUILD_NOTES, "Worker memory").
-    runtime.shutdown()
   table = comparison_table(results)
   print(table)
   if several:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import shutil
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -301,6 +301,43 @@ def run_algorithm(config: ExperimentConfig, data: PreparedData,
                   local_eval=config.local_eval,
                   pooled_test=(data.pooled_test_fn() if config.local_eval
                                else None))
+
+
+def run_into(output_dir: str, config: ExperimentConfig, data: PreparedData,
+             algorithm: str, *, label: Optional[str] = None,
+             after: Optional[Callable[[loop.RunResult, str], None]] = None,
+             **run_kwargs: Any) -> loop.RunResult:
+  """Runs `algorithm` with its outputs in `output_dir`, then ends the worker.
+
+  `run_algorithm` with checkpoints in `output_dir/checkpoints` and the
+  released metrics in `output_dir/metrics`, then `write_outputs`, then
+  `after(result, output_dir)` if given, then `runtime.shutdown()`: the TFF
+  worker stops and the default context is dropped, so the next run starts a
+  fresh worker (one worker keeps memory from every computation it ran;
+  BUILD_NOTES, "Worker memory"), and `after` is the last place that may
+  call a TFF computation of this run.
+
+  Args:
+    output_dir: the run's folder.
+    config: the experiment.
+    data: from `prepare(config)`.
+    algorithm: a registered algorithm name.
+    label: the `algorithm` written into summary.json (default `algorithm`),
+      e.g. a method spec with its hyperparameters.
+    after: optional `(result, output_dir) -> None`.
+    **run_kwargs: `store_dir`, `progress`, `checkpoint_every`, `resume`, as
+      in `run_algorithm`.
+  """
+  result = run_algorithm(
+      config, data, algorithm,
+      checkpoint_dir=os.path.join(output_dir, 'checkpoints'),
+      metrics_dir=os.path.join(output_dir, 'metrics'), **run_kwargs)
+  write_outputs(output_dir, config, label or algorithm, result,
+                data.partition)
+  if after is not None:
+    after(result, output_dir)
+  runtime.shutdown()
+  return result
 
 
 def fingerprint(config: ExperimentConfig, algorithm: str) -> str:
