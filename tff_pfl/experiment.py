@@ -25,6 +25,7 @@ from tff_pfl.core import checkpoint as checkpoint_lib
 from tff_pfl.core import client_state
 from tff_pfl.core import loop
 from tff_pfl.core import model_spec as model_spec_lib
+from tff_pfl.core import process as process_lib
 from tff_pfl.core import runtime
 from tff_pfl.core import sampling
 from tff_pfl.data import client_data as client_data_lib
@@ -234,6 +235,25 @@ def build_optimizer(config: ExperimentConfig):
   return optimizers.with_weight_decay(optimizer, config.weight_decay)
 
 
+def build_process(config: ExperimentConfig, data: PreparedData,
+                  algorithm: str) -> process_lib.PersonalizedProcess:
+  """`algorithm`'s process as `config` sets it up (weights from the seed,
+  optimizers, epochs, its `algorithm_params`), with the TFF context
+  installed."""
+  runtime.ensure_context(config.max_concurrent_clients)
+  return algorithms.build(
+      algorithm, data.spec,
+      initial_weights=data.spec.initial_weights(config.seed),
+      client_optimizer=build_optimizer(config),
+      server_optimizer=tff.learning.optimizers.build_sgdm(
+          learning_rate=config.server_learning_rate),
+      local_epochs=config.local_epochs,
+      learning_rate_decay=config.learning_rate_decay,
+      run_context=dict(num_clients=len(data.client_ids),
+                       total_rounds=config.rounds),
+      **config.algorithm_params.get(algorithm, {}))
+
+
 def run_algorithm(config: ExperimentConfig, data: PreparedData,
                   algorithm: str, *, store_dir: Optional[str] = None,
                   progress=None, checkpoint_dir: Optional[str] = None,
@@ -256,18 +276,7 @@ def run_algorithm(config: ExperimentConfig, data: PreparedData,
       `tff.program.CSVFileReleaseManager` (rounds.csv) and
       `tff.program.TensorBoardReleaseManager` (tensorboard/).
   """
-  runtime.ensure_context(config.max_concurrent_clients)
-  process = algorithms.build(
-      algorithm, data.spec,
-      initial_weights=data.spec.initial_weights(config.seed),
-      client_optimizer=build_optimizer(config),
-      server_optimizer=tff.learning.optimizers.build_sgdm(
-          learning_rate=config.server_learning_rate),
-      local_epochs=config.local_epochs,
-      learning_rate_decay=config.learning_rate_decay,
-      run_context=dict(num_clients=len(data.client_ids),
-                       total_rounds=config.rounds),
-      **config.algorithm_params.get(algorithm, {}))
+  process = build_process(config, data, algorithm)
   if store_dir:
     store = client_state.DiskStore(process.initial_client_state, store_dir)
     store.clear()

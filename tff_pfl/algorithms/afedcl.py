@@ -28,8 +28,15 @@ Stage 2, adaptive feature fusion (AFF), `local_epochs` epochs:
   minimise L_C' = CE(C_k(f), y) over E_k, C_k and a_k          (Eqs. 10-11)
 The personalized model that is evaluated is x -> C_k(A_k E_G(x) + (1-A_k)
 E_k(x)) with the current global encoder: after round t that is E_G^{t+1},
-the one a deployed client would hold (Section IV's "offline training,
-online inference"), while C_k and A_k were last fitted against E_G^t.
+the newest one (Algorithm 1 ends each round, the last included, with Eq. 8),
+while C_k and A_k were last fitted against E_G^t. The paper does not say
+which E_G its deployed model ("offline training, online inference") fuses;
+Algorithm 1 outputs only {W_k^T}. Evaluating with E_G^t instead changes
+little and does not favour either: on the 200-round NEU-CLS cells at seed
+0 (disjoint 2 with 5 and 10 shots, Dirichlet 0.1 with 5), the difference
+E_G^{t+1} minus E_G^t over the 20 evaluations averaged -0.10, +0.11 and
++0.71 points (within -3.6 and +7.1; docs/results.md, "Which global
+encoder the fused model is evaluated with").
 
 Ablation switches (Fig. 10): `dcc=False` removes the L_D gradient from the
 encoder (the paper's "sub-experiment": D_k still trains and L_D is still

@@ -15,7 +15,12 @@ model w_g^t and trains E epochs on
     Eqs. 1-2): H_k^{t-1} = alpha P_k^{t-1} + (1 - alpha) Y_k, where P_k^{t-1}
     are the client's stored per-sample predictions from its last
     participation and Y_k the one-hot labels; a client seen for the first
-    time uses H = Y_k;
+    time has no P_k^{t-1} and uses H = Y_k, Eq. 1 without its history
+    term. That is also Eq. 1's limit as alpha -> 0, the early rounds in
+    which most clients first take part (alpha = t / t_total), so a client's
+    epoch-1 target does not jump between its first and second
+    participation. (Dropping L_KD from the first epoch would be the other
+    reading; the paper does not say.)
   - epochs e >= 2, progressive self-distillation (PSD, Eq. 3):
     H_k^{t,e-1} = alpha P_k^{t,e-1} + (1 - alpha) Y_k from the model's own
     predictions of each sample during epoch e - 1;
