@@ -12,7 +12,11 @@ Stage 1, dynamic consensus construction (DCC), `local_epochs` epochs:
   C_k <- C_k - alpha dL_C/dC_k,   D_k <- D_k - alpha dL_D/dD_k   (Alg. 1)
   The encoder's -lambda dL_D comes from a gradient reversal layer
   (`keras_models.reverse_gradient`) between E_k and D_k; D_k itself gets
-  dL_D unscaled (Algorithm 1, line 15).
+  dL_D unscaled (Algorithm 1, line 15). Eq. 7 as printed scales D_k's step
+  by lambda as well; the two disagree, and with Adam (the paper's
+  optimizer, Table I) a constant factor on one loss's gradient changes the
+  step little, while with SGD D_k would learn 1/lambda times slower under
+  Eq. 7's reading.
 Upload E_k and L_D^k (the mean over every batch of stage 1, as the
 training loss is reported; the discriminator's accuracy on the same batches
 is reported beside it for Fig. 4); the server forms
