@@ -320,11 +320,12 @@ def run_into(output_dir: str, config: ExperimentConfig, data: PreparedData,
 
   `run_algorithm` with checkpoints in `output_dir/checkpoints` and the
   released metrics in `output_dir/metrics`, then `write_outputs`, then
-  `after(result, output_dir)` if given, then `runtime.shutdown()`: the TFF
-  worker stops and the default context is dropped, so the next run starts a
-  fresh worker (one worker keeps memory from every computation it ran;
-  BUILD_NOTES, "Worker memory"), and `after` is the last place that may
-  call a TFF computation of this run.
+  `after(result, output_dir)` if given, then `runtime.shutdown()`, also
+  when one of these raises: the TFF worker stops and the default context
+  is dropped, so the next run starts a fresh worker (one worker keeps
+  memory from every computation it ran; BUILD_NOTES, "Worker memory"),
+  and `after` is the last place that may call a TFF computation of this
+  run.
 
   Args:
     output_dir: the run's folder.
@@ -337,15 +338,17 @@ def run_into(output_dir: str, config: ExperimentConfig, data: PreparedData,
     **run_kwargs: `store_dir`, `progress`, `checkpoint_every`, `resume`, as
       in `run_algorithm`.
   """
-  result = run_algorithm(
-      config, data, algorithm,
-      checkpoint_dir=os.path.join(output_dir, 'checkpoints'),
-      metrics_dir=os.path.join(output_dir, 'metrics'), **run_kwargs)
-  write_outputs(output_dir, config, label or algorithm, result,
-                data.partition)
-  if after is not None:
-    after(result, output_dir)
-  runtime.shutdown()
+  try:
+    result = run_algorithm(
+        config, data, algorithm,
+        checkpoint_dir=os.path.join(output_dir, 'checkpoints'),
+        metrics_dir=os.path.join(output_dir, 'metrics'), **run_kwargs)
+    write_outputs(output_dir, config, label or algorithm, result,
+                  data.partition)
+    if after is not None:
+      after(result, output_dir)
+  finally:
+    runtime.shutdown()
   return result
 
 

@@ -154,3 +154,22 @@ def test_each_cell_runs_in_a_fresh_tff_worker(tmp_path):
   flags = [' '.join(*w.values()) for w in seen]
   assert '--max_concurrent_computation_calls=1' not in flags[0], flags[0]
   assert '--max_concurrent_computation_calls=1' in flags[1], flags[1]
+
+
+def test_a_cell_that_raises_still_ends_its_tff_worker(tmp_path):
+  config = experiment.ExperimentConfig(dataset='iris', num_clients=3,
+                                       clients_per_round=3, rounds=1)
+  data = experiment.prepare(config)
+
+  def after(result, out):
+    assert _tff_workers(), 'the cell ran without a TFF worker'
+    raise RuntimeError('figure dump failed')
+
+  try:
+    with pytest.raises(RuntimeError, match='figure dump failed'):
+      grid.run_cell(config, data, 'fedavg', str(tmp_path / 'fedavg'),
+                    checkpoint_every=1, after=after)
+    assert not _tff_workers(), 'the failed cell left its worker running'
+    assert (tmp_path / 'fedavg' / 'summary.json').exists()
+  finally:
+    runtime.ensure_context()   # for the tests after this one
