@@ -16,6 +16,7 @@ Prints one line per evaluation and the mean difference, in points.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -26,10 +27,33 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 from tff_pfl import experiment
 from tff_pfl.core import client_state
 from tff_pfl.core import loop
+from tff_pfl.core import process as process_lib
 from tff_pfl.core import runtime
 from tff_pfl.core import sampling
 
-_KEY = 'personal/accuracy_mean'
+_NEXT = 'test/personal/accuracy_mean'
+_BROADCAST = 'test/personal_with_broadcast/accuracy_mean'
+
+
+def with_broadcast_evaluation(
+    process: process_lib.PersonalizedProcess
+) -> process_lib.PersonalizedProcess:
+  """`process` whose evaluation also reports the personalized model with
+  the server state of the round's start (E_G^t), as kind
+  'personal_with_broadcast'; `loop.run` summarises it like 'personal'."""
+  broadcast = {}
+
+  def next_(server_state, client_states, datasets):
+    broadcast['state'] = server_state
+    return process.next(server_state, client_states, datasets)
+
+  def evaluate(server_state, client_states, datasets):
+    out = dict(process.evaluate(server_state, client_states, datasets))
+    out['personal_with_broadcast'] = process.evaluate(
+        broadcast['state'], client_states, datasets)['personal']
+    return out
+
+  return dataclasses.replace(process, next=next_, evaluate=evaluate)
 
 
 def main() -> int:
@@ -48,30 +72,24 @@ def main() -> int:
       **dict(summary['config'], data_dir=args.data_dir))
   data = experiment.prepare(config)
   process = experiment.build_process(config, data, 'afedcl')
-  store = client_state.MemoryStore(process.initial_client_state)
-  sampler = sampling.ParticipationStream(
-      data.client_ids, clients_per_round=config.clients_per_round,
-      seed=config.seed)
-  server_state = process.initialize()
-  diffs = []
-  for r in range(1, config.rounds + 1):
-    cohort = sampler.sample(r)
-    broadcast_state = server_state                      # holds E_G^t
-    server_state, new_states, _ = process.next(
-        server_state, store.get_many(cohort),
-        [data.dataset_fn(c, r, 'train') for c in cohort])
-    store.put_many(cohort, list(new_states))
-    if r % config.eval_every and r != config.rounds:
-      continue
-    acc = {}
-    for name, state in (('next', server_state), ('broadcast', broadcast_state)):
-      stats, _ = loop.evaluate_all(process, state, store, data.client_ids,
-                                   data.dataset_fn, 'test', r)
-      acc[name] = 100 * stats[_KEY]
-    diffs.append(acc['next'] - acc['broadcast'])
-    print(f'round {r}: with E_G^(t+1) {acc["next"]:.2f}, with E_G^t '
-          f'{acc["broadcast"]:.2f}, difference {diffs[-1]:+.2f}', flush=True)
+  result = loop.run(
+      with_broadcast_evaluation(process), client_ids=data.client_ids,
+      dataset_fn=data.dataset_fn,
+      sampler=sampling.ParticipationStream(
+          data.client_ids, clients_per_round=config.clients_per_round,
+          seed=config.seed),
+      rounds=config.rounds,
+      store=client_state.MemoryStore(process.initial_client_state),
+      eval_every=config.eval_every, has_val=data.has_val)
   runtime.shutdown()
+  diffs = []
+  for row in result.rounds:
+    if _NEXT not in row:
+      continue
+    acc_next, acc_broadcast = 100 * row[_NEXT], 100 * row[_BROADCAST]
+    diffs.append(acc_next - acc_broadcast)
+    print(f'round {row["round"]}: with E_G^(t+1) {acc_next:.2f}, with E_G^t '
+          f'{acc_broadcast:.2f}, difference {diffs[-1]:+.2f}')
   mean = sum(diffs) / len(diffs)
   print(f'{args.summary}: E_G^(t+1) minus E_G^t over {len(diffs)} '
         f'evaluations: mean {mean:+.2f}, min {min(diffs):+.2f}, '
