@@ -54,7 +54,7 @@ def _fedpsd():
 
 
 def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a', architecture='',
-         build=_ditto):
+         build=_ditto, checkpoint_every=1, progress=None):
   process = build()
   dataset_fn = _dataset_fn
   if build is _fedpsd:
@@ -66,9 +66,26 @@ def _run(rounds, ckpt_dir, store_dir=None, fingerprint='a', architecture='',
   return loop.run(
       process, client_ids=IDS, dataset_fn=dataset_fn, rounds=rounds,
       sampler=sampling.ParticipationStream(IDS, clients_per_round=2, seed=5),
-      store=store, eval_every=2,
+      store=store, eval_every=2, progress=progress,
       checkpoints=checkpoint.CheckpointManager(ckpt_dir) if ckpt_dir else None,
-      fingerprint=fingerprint, architecture=architecture), store
+      checkpoint_every=checkpoint_every, fingerprint=fingerprint,
+      architecture=architecture), store
+
+
+class _Killed(Exception):
+  """Stands for the process being killed after a round."""
+
+
+def _kill_after(round_num):
+  def progress(r, row):
+    del row
+    if r == round_num:
+      raise _Killed()
+  return progress
+
+
+def _recorder(ran):
+  return lambda r, row: ran.append(r)
 
 
 def test_resumed_run_equals_unstopped_run(tmp_path):
@@ -80,7 +97,10 @@ def test_resumed_run_equals_unstopped_run(tmp_path):
   assert checkpoint.CheckpointManager(str(tmp_path / 'ck')).rounds() == [3, 4]
   # A fresh store folder: the client states must come from the checkpoint,
   # not from the files the stopped run left behind.
-  resumed, store = _run(5, str(tmp_path / 'ck'), str(tmp_path / 'fresh'))
+  ran = []
+  resumed, store = _run(5, str(tmp_path / 'ck'), str(tmp_path / 'fresh'),
+                        progress=_recorder(ran))
+  assert ran == [5]                      # rounds 1-4 came from the checkpoint
   assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5]
   assert resumed.final == pytest.approx(full.final, rel=1e-6)
   assert resumed.best_test['round'] == full.best_test['round']
@@ -95,10 +115,36 @@ def test_resumed_run_equals_unstopped_run(tmp_path):
   assert len(resumed.clients) == len(full.clients)
 
 
+def test_a_run_killed_between_checkpoints_resumes_to_the_same_end(tmp_path):
+  """Killed after round 5 with its newest checkpoint at round 3: the disk
+  store already holds the states of rounds 4-5, which the resumed run must
+  drop for the checkpoint's, then train rounds 4-6 again."""
+  full, full_store = _run(6, None)
+  ck, states = str(tmp_path / 'ck'), str(tmp_path / 'states')
+  with pytest.raises(_Killed):
+    _run(6, ck, states, checkpoint_every=3, progress=_kill_after(5))
+  assert checkpoint.CheckpointManager(ck).rounds() == [3]
+  ran = []
+  resumed, store = _run(6, ck, states, checkpoint_every=3,
+                        progress=_recorder(ran))
+  assert ran == [4, 5, 6]
+  assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5, 6]
+  assert resumed.final == pytest.approx(full.final, rel=1e-6)
+  assert resumed.best_test['round'] == full.best_test['round']
+  for cid in IDS:
+    got, want = store.get(cid), full_store.get(cid)
+    for a, b in zip(got.personal_weights.trainable,
+                    want.personal_weights.trainable):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def test_a_fedpsd_run_resumes_with_its_grown_client_states(tmp_path):
   full, full_store = _run(5, None, build=_fedpsd)
   _run(4, str(tmp_path / 'ck'), build=_fedpsd)
-  resumed, store = _run(5, str(tmp_path / 'ck'), build=_fedpsd)
+  ran = []
+  resumed, store = _run(5, str(tmp_path / 'ck'), build=_fedpsd,
+                        progress=_recorder(ran))
+  assert ran == [5]
   assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5]
   assert resumed.final == pytest.approx(full.final, rel=1e-6)
   grown = 0
