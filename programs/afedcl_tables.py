@@ -23,9 +23,10 @@ k training samples per client) and writes, under --output_dir:
 Methods are names from `programs.run --list`, optionally with parameters:
 `afedcl:dcc=0`, `ditto:lambda_=0.01`. Every cell is a resumable run in
 `DIR/<partition>_k<shots>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
-summary.json reports --rounds rounds) is not run again and one with fewer
-rounds resumes (`grid.needs_run`), so the program can be stopped and
-restarted at will. Example (the paper's NEU-CLS rows; hours on 2 cores):
+summary.json reports --rounds rounds) is not run again, one with fewer
+rounds resumes and one run with another configuration is refused
+(`grid.needs_run`), so the program can be stopped and restarted at will.
+Example (the paper's NEU-CLS rows; hours on 2 cores):
 
   python -m programs.afedcl_tables --dataset=neu_cls --data_dir=DATA \
     --image_size=64 --model=mobilenet_v2 --model_options='{"alpha": 0.35}' \
@@ -169,13 +170,13 @@ def defaults(method: str, seed: int) -> Optional[dict[str, Any]]:
   return None
 
 
-def needs_run(out: str, method: str, seed: int, architecture: str) -> bool:
-  """`grid.needs_run`, refusing a cell run with other hyperparameters or
-  another model architecture."""
-  return grid.needs_run(
-      out, FLAGS.rounds,
-      algorithm_params=grid.algorithm_params(method, defaults(method, seed)),
-      architecture=architecture)
+def needs_run(out: str, config, method: str, seed: int,
+              architecture: str) -> bool:
+  """`grid.needs_run`, refusing a cell run with another configuration,
+  other hyperparameters or another model architecture."""
+  _, cfg = grid.cell_config(config, method, defaults(method, seed))
+  return grid.needs_run(out, FLAGS.rounds, config=cfg,
+                        architecture=architecture)
 
 
 def run_cell(config, data, method: str, out: str,
@@ -371,7 +372,8 @@ def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
     data = experiment.prepare(config)
     architecture = data.spec.architecture()
     todo = [m for m in FLAGS.sweep_methods if needs_run(
-        cell_dir(partition, shots, seed, m, variant), m, seed, architecture)]
+        cell_dir(partition, shots, seed, m, variant), config, m, seed,
+        architecture)]
     for method in todo:
       run_cell(config, data, method,
                cell_dir(partition, shots, seed, method, variant))
@@ -396,7 +398,7 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
             FLAGS.methods + extra + (FLAGS.tsne_methods if tsne else [])):
           out = cell_dir(partition, k, seed, method)
           features = tsne and method in FLAGS.tsne_methods
-          if needs_run(out, method, seed, architecture) or (
+          if needs_run(out, config, method, seed, architecture) or (
               features and not os.path.exists(
                   os.path.join(out, 'features.npz'))):
             run_cell(config, data, method, out, features=features)

@@ -36,14 +36,17 @@ Settings are `<dataset>:shards=<S>` or `<dataset>:dirichlet=<alpha>`.
 Methods are names from `programs.run --list`, optionally with parameters
 (`fedpsd:psd=false`); without them a baseline runs with the values of
 FedNTD's released configs (`BASELINE_PARAMS`: FedProx mu 1.0, MOON mu 0.1),
-and a finished cell run with other values is refused, not reused. Each
+and a finished cell run with other values, or with another data, model or
+training setting, is refused, not reused. Each
 cell is a resumable run in `DIR/<setting>[_<variant>]/seed<seed>/<method>/`;
 a finished cell (its summary.json reports --rounds rounds and the Eq. 10
 metrics) is skipped, an unfinished one resumes from its newest checkpoint,
 and one finished before the local-model metrics existed recomputes its last
 rounds (`grid.needs_run`), so the program can be stopped and restarted at
-will. FedPSD's alpha = t / total_rounds, so its cells never resume to more
-rounds (the checkpoint fingerprint includes the rounds): they restart.
+will. FedPSD's alpha = t / total_rounds, so its cells cannot run on to more
+rounds (the total rounds are part of its configuration): a finished one is
+refused, an unfinished one stops at its checkpoint's configuration check;
+give such a grid another --output_dir.
 Values are mean +/- std over the seeds that finished, each read at its last
 round or, with --final_evals=N, as the mean of its last N evaluations;
 missing cells are listed under each table. Rounds-to-target are resolved to
@@ -231,11 +234,12 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
     config = make_config(setting, seed, **config_kwargs)
     data = experiment.prepare(config)
     architecture = data.spec.architecture()
-    todo = [m for m in methods
-            if grid.needs_run(cell_dir(setting, seed, m, variant),
-                              FLAGS.rounds, LOCAL_KEYS,
-                              grid.algorithm_params(m, defaults(m)),
-                              architecture=architecture)]
+    todo = []
+    for m in methods:
+      _, cfg = grid.cell_config(config, m, defaults(m))
+      if grid.needs_run(cell_dir(setting, seed, m, variant), FLAGS.rounds,
+                        LOCAL_KEYS, config=cfg, architecture=architecture):
+        todo.append(m)
     for method in todo:
       out = cell_dir(setting, seed, method, variant)
       grid.run_cell(config, data, method, out,

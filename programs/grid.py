@@ -4,7 +4,9 @@ A grid cell is one `(data config, method)` run in its own folder, written by
 `experiment.write_outputs` (summary.json, rounds.csv, clients.csv) with
 checkpoints beside it, so a grid program can be stopped and restarted: a
 cell whose summary.json reports the asked number of rounds is done, a cell
-with checkpoints resumes (also to run more rounds than it had).
+with checkpoints resumes (also to run more rounds than it had, unless the
+method's schedule depends on the total rounds), and a finished cell that
+ran with another configuration is refused (`needs_run`).
 
 Methods are registered algorithm names with optional hyperparameters,
 `name:key=value;key=value`, values in JSON (`ditto:lambda_=0.01`,
@@ -83,15 +85,6 @@ def method_params(method: str,
   return name, dict(default_params or {}, **params)
 
 
-def algorithm_params(method: str,
-                     default_params: Optional[dict[str, Any]] = None
-                     ) -> dict[str, dict[str, Any]]:
-  """`{name: hyperparameters}` of a cell of `method`, as its config's
-  `algorithm_params` holds them (what `needs_run` compares)."""
-  name, params = method_params(method, default_params)
-  return {name: params}
-
-
 def load_summary(out: str) -> Optional[dict[str, Any]]:
   """The cell's summary.json, or None when the cell has not finished."""
   path = os.path.join(out, 'summary.json')
@@ -101,9 +94,36 @@ def load_summary(out: str) -> Optional[dict[str, Any]]:
     return json.load(f)
 
 
+def cell_config(config: experiment.ExperimentConfig, method: str,
+                default_params: Optional[dict[str, Any]] = None
+                ) -> tuple[str, experiment.ExperimentConfig]:
+  """The algorithm name and the config a cell of `method` runs with:
+  `config` with `algorithm_params` set to `{name: hyperparameters}`."""
+  name, params = method_params(method, default_params)
+  cfg = copy.deepcopy(config)
+  cfg.algorithm_params = {name: params}
+  return name, cfg
+
+
+def _config_changes(ran: dict[str, Any], cfg: experiment.ExperimentConfig
+                    ) -> dict[str, tuple[Any, Any]]:
+  """{field: (ran with, asked for)} over `experiment.resume_fields` of a
+  cell config (`cell_config`, whose one `algorithm_params` entry names the
+  algorithm); a field that `ran` lacks (written before the field existed)
+  counts as its default."""
+  if len(cfg.algorithm_params) != 1:
+    raise ValueError('a cell config names one algorithm in its '
+                     f'algorithm_params, got {sorted(cfg.algorithm_params)}.')
+  (algorithm,) = cfg.algorithm_params
+  default = experiment.config_to_json(experiment.ExperimentConfig())
+  want = experiment.resume_fields(experiment.config_to_json(cfg), algorithm)
+  ran = dict(default, **ran)
+  return {k: (ran[k], v) for k, v in want.items() if ran[k] != v}
+
+
 def needs_run(out: str, rounds: int,
               required_keys: tuple[str, ...] = (),
-              algorithm_params: Optional[dict[str, Any]] = None,
+              config: Optional[experiment.ExperimentConfig] = None,
               architecture: Optional[str] = None) -> bool:
   """Whether the cell in `out` must (re)run to give `rounds` rounds.
 
@@ -115,15 +135,27 @@ def needs_run(out: str, rounds: int,
   resumes from the checkpoint before and recomputes the last rounds (all
   of them when it has only one checkpoint).
 
+  Args:
+    out: the cell's folder.
+    rounds: the rounds the cell must have run.
+    required_keys: metrics its final evaluation must hold.
+    config: the cell's config (`cell_config`), checked against the one
+      in its summary.
+    architecture: `ModelSpec.architecture()` of the model this code
+      builds, checked against the one in the summary.
+
   Raises:
-    ValueError: the cell ran more rounds than `rounds`, or (when
-      `algorithm_params` is given, `{name: hyperparameters}` as in the
-      cell's config) it ran with other hyperparameters, which would put a
-      run of another method variant in the table under this one's name;
-      or (when `architecture`, `ModelSpec.architecture()` of the model this
-      code builds, is given) the cell's summary records another model
-      architecture: the model changed since the cell ran (a summary
-      written before architectures were recorded is accepted).
+    ValueError: the cell ran more rounds than `rounds`; or (when `config`
+      is given) it ran with other hyperparameters, which would put a run
+      of another method variant in the table under this one's name, or
+      with another value of a field of `experiment.resume_fields` (data,
+      partition, model, optimizer, ...; for FedPSD also the total
+      rounds, which its schedule depends on, so its finished cells cannot
+      run on to more rounds), which would mix settings in one table; or
+      (when `architecture` is given) the cell's summary records another
+      model architecture: the model changed since the cell ran. A summary
+      written before architectures or a config field were recorded is
+      accepted for those.
   """
   summary = load_summary(out)
   if summary is None:
@@ -135,13 +167,23 @@ def needs_run(out: str, rounds: int,
         f'builds {architecture!r}: the model changed since (layer settings '
         'or weight shapes), so its numbers are not this model\'s; use '
         'another output folder or remove the cell.')
-  ran = (summary.get('config') or {}).get('algorithm_params')
-  if algorithm_params is not None and ran is not None:
-    want = json.loads(json.dumps(algorithm_params, default=str))
-    if ran != want:
+  ran_config = summary.get('config')
+  if config is not None and ran_config is not None:
+    ran = ran_config.get('algorithm_params')
+    want = experiment.config_to_json(config)['algorithm_params']
+    if ran is not None and ran != want:
       raise ValueError(
           f'{out} ran with algorithm_params {ran}, not the {want} asked '
           'for; use another output folder or remove the cell.')
+    changes = _config_changes(ran_config, config)
+    changes.pop('algorithm_params', None)
+    if changes:
+      listed = '; '.join(f'{k}: ran with {a!r}, asked for {b!r}'
+                         for k, (a, b) in sorted(changes.items()))
+      raise ValueError(
+          f'{out} ran with another configuration ({listed}), so its '
+          'numbers would mix two settings in one table; use another output '
+          'folder or remove the cell.')
   final = summary.get('final_round') or {}
   done = final.get('round')
   if done is not None and done > rounds:
@@ -184,9 +226,7 @@ def run_cell(config: experiment.ExperimentConfig,
     after: optional `(result, out) -> None` run after the outputs are
       written (e.g. to dump per-client state for a figure).
   """
-  name, params = method_params(method, default_params)
-  cfg = copy.deepcopy(config)
-  cfg.algorithm_params = {name: params}
+  name, cfg = cell_config(config, method, default_params)
   t0 = time.time()
   result = experiment.run_into(
       out, cfg, data, name, label=method, after=after, store_dir=store_dir,

@@ -352,18 +352,25 @@ def run_into(output_dir: str, config: ExperimentConfig, data: PreparedData,
   return result
 
 
-def fingerprint(config: ExperimentConfig, algorithm: str) -> str:
-  """What must not change between a run and its resumption, as a short
-  hash: everything but run-time knobs and the number of rounds, which may
-  grow on resumption, except for methods whose schedule depends on it
-  (FedPSD's alpha = t / total_rounds)."""
-  fields = config_to_json(config)
+def resume_fields(config: dict[str, Any], algorithm: str) -> dict[str, Any]:
+  """The fields of `config` (as `config_to_json` writes it) that must not
+  change between a run and its resumption: everything but run-time knobs
+  and the number of rounds, which may grow on resumption, except for
+  methods whose schedule depends on it (FedPSD's alpha = t / total_rounds).
+  """
+  fields = dict(config)
   skip = ['eval_every', 'max_concurrent_clients', 'data_dir', 'local_eval']
   if not (algorithm in algorithms.ALGORITHMS and
           algorithms.uses_run_context(algorithm, 'total_rounds')):
     skip.append('rounds')
   for name in skip:
-    fields.pop(name)
+    fields.pop(name, None)
+  return fields
+
+
+def fingerprint(config: ExperimentConfig, algorithm: str) -> str:
+  """`resume_fields` of `config` with `algorithm`, as a short hash."""
+  fields = resume_fields(config_to_json(config), algorithm)
   text = json.dumps([algorithm, fields], sort_keys=True)
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 

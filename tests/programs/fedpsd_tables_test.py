@@ -96,6 +96,14 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   again = _run(args + ['--max_concurrent_clients=1'])
   assert again.returncode == 0, again.stdout[-3000:]
   assert 'personalized acc' not in again.stdout
+  # Another training setting on the same folder is refused, not mixed in.
+  other = [a if a != '--learning_rate=0.05' else '--learning_rate=0.1'
+           for a in args]
+  refused = _run(other)
+  assert refused.returncode != 0
+  assert ('ran with another configuration (learning_rate: ran with 0.05, '
+          'asked for 0.1)') in refused.stdout, refused.stdout[-3000:]
+  assert 'personalized acc' not in refused.stdout
   # --write_only with a seed that never ran: nothing trains, the table
   # lists the missing cells.
   more = [a if not a.startswith('--seeds') else '--seeds=0,1' for a in args]
@@ -154,7 +162,9 @@ def test_baselines_take_fedntd_config_values_and_old_cells_are_refused(
            'r.ALGORITHMS[m].build).parameters)) '
            'for m, p in t.BASELINE_PARAMS.items()}; '
            'print("unknown", bad); '
-           'params = lambda m: grid.algorithm_params(m, t.defaults(m)); '
+           'from tff_pfl import experiment as e; '
+           'params = lambda m: grid.cell_config(e.ExperimentConfig(), m, '
+           't.defaults(m))[1].algorithm_params; '
            'assert params("fedprox") == {"fedprox": {"mu": 1.0}}; '
            'assert params("moon:mu=5") == '
            '{"moon": {"mu": 5, "temperature": 0.5}}')

@@ -48,21 +48,76 @@ def test_needs_run_reopens_cells_missing_a_metric(tmp_path):
   assert list((only / 'checkpoints').iterdir()) == []
 
 
+def _cell_with_config(path, config, rounds=10):
+  path.mkdir(parents=True)
+  (path / 'summary.json').write_text(json.dumps({
+      'config': experiment.config_to_json(config),
+      'final_round': {'round': rounds}}))
+  return str(path)
+
+
 def test_needs_run_refuses_a_cell_run_with_other_hyperparameters(tmp_path):
-  cell = tmp_path / 'fedprox'
-  cell.mkdir()
-  (cell / 'summary.json').write_text(json.dumps({
-      'config': {'algorithm_params': {'fedprox': {'mu': 0.01}}},
-      'final_round': {'round': 10}}))
-  assert not grid.needs_run(str(cell), 10,
-                            algorithm_params={'fedprox': {'mu': 0.01}})
+  base = experiment.ExperimentConfig(rounds=10)
+  _, ran = grid.cell_config(base, 'fedprox:mu=0.01')
+  cell = _cell_with_config(tmp_path / 'fedprox', ran)
+  name, same = grid.cell_config(base, 'fedprox', {'mu': 0.01})
+  assert (name, same.algorithm_params) == ('fedprox', ran.algorithm_params)
+  assert not grid.needs_run(cell, 10, config=same)
+  _, other = grid.cell_config(base, 'fedprox', {'mu': 1.0})
   with pytest.raises(ValueError, match=r"ran with algorithm_params "
                      r"\{'fedprox': \{'mu': 0.01\}\}, not the "
                      r"\{'fedprox': \{'mu': 1.0\}\}"):
-    grid.needs_run(str(cell), 10, algorithm_params={'fedprox': {'mu': 1.0}})
-  assert (cell / 'summary.json').exists()      # nothing was touched
-  # Without algorithm_params (or a summary without a config) no check.
-  assert not grid.needs_run(str(cell), 10)
+    grid.needs_run(cell, 10, config=other)
+  assert (tmp_path / 'fedprox' / 'summary.json').exists()   # untouched
+  # Without a config (or a summary without one) no check.
+  assert not grid.needs_run(cell, 10)
+
+
+def test_needs_run_refuses_a_cell_run_with_another_setting(tmp_path):
+  base = experiment.ExperimentConfig(rounds=10, learning_rate=0.01)
+  _, cfg = grid.cell_config(base, 'fedavg')
+  cell = _cell_with_config(tmp_path / 'fedavg', cfg)
+  # Run-time knobs may differ; the data, model and training may not.
+  knobs = dataclasses.replace(cfg, eval_every=5, data_dir='/elsewhere',
+                              max_concurrent_clients=2)
+  assert not grid.needs_run(cell, 10, config=knobs)
+  for change, message in (
+      (dict(learning_rate=0.05),
+       'learning_rate: ran with 0.01, asked for 0.05'),
+      (dict(local_epochs=5, batch_size=50),
+       'batch_size: ran with 10, asked for 50; local_epochs: ran with 1, '
+       'asked for 5'),
+      (dict(partition_params={'alpha': 0.1}),
+       "partition_params: ran with {'alpha': 0.5}, asked for {'alpha': 0.1}"),
+  ):
+    with pytest.raises(ValueError, match=re.escape(
+        f'ran with another configuration ({message})')):
+      grid.needs_run(cell, 10, config=dataclasses.replace(cfg, **change))
+  # A field the summary does not record (written before it existed) counts
+  # as its default.
+  old = json.loads((tmp_path / 'fedavg' / 'summary.json').read_text())
+  del old['config']['weight_decay']
+  (tmp_path / 'fedavg' / 'summary.json').write_text(json.dumps(old))
+  assert not grid.needs_run(cell, 10, config=cfg)
+  with pytest.raises(ValueError, match='weight_decay: ran with 0.0'):
+    grid.needs_run(cell, 10,
+                   config=dataclasses.replace(cfg, weight_decay=1e-5))
+
+
+def test_needs_run_refuses_to_run_a_fedpsd_cell_on_to_more_rounds(tmp_path):
+  # FedPSD's alpha = t / total_rounds: a 10-round cell is not the first
+  # 10 rounds of a 20-round one. Other methods resume to more rounds.
+  base = experiment.ExperimentConfig(rounds=10)
+  for method in ('fedpsd', 'fedavg'):
+    _, cfg = grid.cell_config(base, method)
+    cell = _cell_with_config(tmp_path / method, cfg)
+    longer = dataclasses.replace(cfg, rounds=20)
+    if method == 'fedavg':
+      assert grid.needs_run(cell, 20, config=longer)
+    else:
+      with pytest.raises(ValueError,
+                         match=re.escape('rounds: ran with 10, asked for 20')):
+        grid.needs_run(cell, 20, config=longer)
 
 
 def test_needs_run_refuses_a_cell_of_another_model_architecture(tmp_path):
@@ -83,9 +138,14 @@ def test_needs_run_refuses_a_cell_of_another_model_architecture(tmp_path):
 
 def test_method_params_spec_overrides_defaults():
   assert grid.method_params('moon', {'mu': 0.1}) == ('moon', {'mu': 0.1})
-  assert grid.algorithm_params('moon:mu=5', {'mu': 0.1, 'temperature': 0.5}
-                               ) == {'moon': {'mu': 5, 'temperature': 0.5}}
-  assert grid.algorithm_params('fedavg') == {'fedavg': {}}
+  base = experiment.ExperimentConfig()
+  name, cfg = grid.cell_config(base, 'moon:mu=5',
+                               {'mu': 0.1, 'temperature': 0.5})
+  assert (name, cfg.algorithm_params) == (
+      'moon', {'moon': {'mu': 5, 'temperature': 0.5}})
+  assert base.algorithm_params == {}           # a copy; the base is kept
+  assert grid.cell_config(base, 'fedavg')[1].algorithm_params == {
+      'fedavg': {}}
   assert grid.method_params('moon:mu=5;temperature=1', {'mu': 0.1}) == (
       'moon', {'mu': 5, 'temperature': 1})
 

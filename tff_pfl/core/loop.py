@@ -245,7 +245,8 @@ def run(
         raise ValueError(
             'the checkpoint was written by a run with a different '
             f'configuration ({ls.get("fingerprint")!r} vs {fingerprint!r}); '
-            'use another directory or start afresh (--noresume).')
+            'use another output folder, or start afresh (programs.run '
+            '--noresume; elsewhere remove the checkpoints).')
       written_with = ls.get('architecture') or ''
       if not written_with:
         logging.warning(
@@ -257,7 +258,8 @@ def run(
             'the checkpoint was written with a model built differently '
             f'(layer settings or weight shapes; architecture {written_with!r} '
             f'vs {architecture!r}), e.g. by an older version of the code; '
-            'use another directory or start afresh (--noresume).')
+            'use another output folder, or start afresh (programs.run '
+            '--noresume; elsewhere remove the checkpoints).')
       server_state = restored.server_state
       history, client_rows, times = ls['history'], ls['clients'], ls['times']
       best_val, best_test, final = ls['best_val'], ls['best_test'], ls['final']
