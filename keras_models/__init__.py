@@ -12,6 +12,7 @@ from keras_models.heads import build_linear_head
 from keras_models.heads import build_regression_head
 from keras_models.layers import GradientReversal
 from keras_models.layers import reverse_gradient
+from keras_models.layers import SeededDropout
 from keras_models.mlp import build_mlp
 from keras_models.mobilenet_v2 import build_mobilenet_v2
 from keras_models.registry import build_encoder
@@ -35,6 +36,7 @@ __all__ = [
     'ENCODERS',
     'GradientReversal',
     'HEADS',
+    'SeededDropout',
     'UnknownNameError',
     'build_discriminator',
     'build_encoder',

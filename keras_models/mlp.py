@@ -5,6 +5,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from keras_models import _validation
+from keras_models import layers
 
 
 def build_mlp(
@@ -22,7 +23,9 @@ def build_mlp(
       identity encoder (features are the inputs), so that with a linear head
       the model is a linear (logistic) regression.
     dropout: Dropout rate in [0, 1) applied after every dense layer; 0
-      (default) adds no dropout layers.
+      (default) adds no dropout layers. The layers are
+      `layers.SeededDropout`, whose masks a run reproduces exactly (Keras'
+      `Dropout` is not seeded inside TFF computations).
 
   Returns:
     A functional `tf.keras.Model` named 'encoder' with output
@@ -47,7 +50,7 @@ def build_mlp(
   for i, units in enumerate(hidden, start=1):
     x = tf.keras.layers.Dense(units, activation='relu', name=f'dense{i}')(x)
     if dropout:
-      x = tf.keras.layers.Dropout(dropout, name=f'dropout{i}')(x)
+      x = layers.SeededDropout(dropout, seed=i, name=f'dropout{i}')(x)
   if not hidden:
     x = tf.keras.layers.Activation('linear', name='identity')(x)
   return tf.keras.Model(inputs, x, name='encoder')

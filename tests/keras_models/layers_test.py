@@ -1,4 +1,4 @@
-"""Tests for keras_models.layers (gradient reversal)."""
+"""Tests for keras_models.layers (gradient reversal, seeded dropout)."""
 
 import numpy as np
 import pytest
@@ -76,3 +76,59 @@ def test_config_round_trip():
 def test_bad_lambda(lambda_):
   with pytest.raises(ValueError, match='lambda_'):
     layers.GradientReversal(lambda_)
+
+
+def _ones(shape=(64, 32)):
+  return tf.ones(shape, tf.float32)
+
+
+def test_seeded_dropout_drops_at_rate_and_scales_only_in_training():
+  layer = layers.SeededDropout(0.25, seed=3)
+  x = _ones()
+  np.testing.assert_array_equal(layer(x), x)            # inference
+  np.testing.assert_array_equal(layer(x, training=False), x)
+  y = layer(x, training=True).numpy()
+  assert set(np.unique(y)) == {0.0, np.float32(1 / 0.75)}
+  assert abs((y == 0).mean() - 0.25) < 0.03            # 2048 units
+  # A tensor `training` (as Keras passes in some paths) works too.
+  np.testing.assert_array_equal(layer(x, training=tf.constant(False)), x)
+  np.testing.assert_array_equal(layer(x, training=tf.constant(True)), y)
+  np.testing.assert_array_equal(layers.SeededDropout(0.0)(x, training=True),
+                                x)
+
+
+def test_seeded_dropout_mask_is_a_function_of_seed_and_input():
+  layer = layers.SeededDropout(0.5, seed=1)
+  x = _ones()
+  first = layer(x, training=True).numpy()
+  np.testing.assert_array_equal(layer(x, training=True), first)
+  # Another layer with the same seed, in a tf.function: the same mask.
+  same = tf.function(lambda v: layers.SeededDropout(0.5, seed=1)(
+      v, training=True))
+  np.testing.assert_array_equal(same(x), first)
+  # Another input or another seed draws another mask.
+  other_input = layer(x * 2.0, training=True).numpy() / 2.0
+  assert not np.array_equal(other_input, first)
+  other_seed = layers.SeededDropout(0.5, seed=2)(x, training=True).numpy()
+  assert not np.array_equal(other_seed, first)
+
+
+def test_seeded_dropout_gradient_is_the_scaled_mask():
+  layer = layers.SeededDropout(0.5, seed=0)
+  x = tf.constant(np.random.default_rng(0).normal(size=(8, 16)), tf.float32)
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = layer(x, training=True)
+  grad = tape.gradient(y, x).numpy()
+  np.testing.assert_allclose(grad, np.where(y.numpy() != 0, 2.0, 0.0))
+
+
+def test_seeded_dropout_config_round_trip_and_bad_values():
+  layer = layers.SeededDropout(0.3, seed=7, name='drop')
+  clone = layers.SeededDropout.from_config(layer.get_config())
+  assert (clone.rate, clone.seed, clone.name) == (0.3, 7, 'drop')
+  for rate in (1.0, -0.1, True, 'half'):
+    with pytest.raises(ValueError, match='SeededDropout: rate must be'):
+      layers.SeededDropout(rate)
+  with pytest.raises(ValueError, match='SeededDropout: seed must be an int'):
+    layers.SeededDropout(0.5, seed=1.5)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_models import layers
 from keras_models import mlp
 from keras_models import registry
 
@@ -19,6 +20,9 @@ def test_default_shapes_and_count():
 def test_dropout_is_active_only_in_training():
   model = mlp.build_mlp((8,), hidden=(16,), dropout=0.5)
   assert [l.name for l in model.layers] == ['features', 'dense1', 'dropout1']
+  # Seeded: a run draws the same masks again (keras Dropout inside a TFF
+  # computation would not).
+  assert isinstance(model.layers[-1], layers.SeededDropout)
   x = np.ones((64, 8), np.float32)
   np.testing.assert_array_equal(model(x), model(x))
   assert not np.array_equal(model(x, training=True), model(x))
