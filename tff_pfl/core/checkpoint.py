@@ -7,7 +7,13 @@ A checkpoint after round k is a directory `round_<k>` holding
 The sampling stream and every data seed are pure functions of (seed, round),
 so the round number is all the stream needs. A checkpoint is written into a
 temporary directory and renamed into place (atomic on POSIX), and only the
-newest `keep` checkpoints are kept.
+newest `keep` checkpoints are kept; a temporary directory left by a run
+killed while saving is removed when the next run opens the directory.
+
+Saving and restoring hold every client's state in memory at once, also
+with a `DiskStore`: a few MB to tens of MB for the runs here (100 clients'
+FedPSD predictions or Ditto SimpleCNN models, 5 clients' AFedCL encoders
+and discriminators), not a design for very many large client states.
 
 Why not `tff.program.FileProgramStateManager`: it saves SavedModels of a
 structure fixed in advance, while the set of clients with a stored state
@@ -46,6 +52,9 @@ class CheckpointManager:
     self._dir = directory
     self._keep = keep
     os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):   # left by a run killed mid-save
+      if name.startswith('.tmp_'):
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
   def rounds(self) -> list[int]:
     """Rounds with a complete checkpoint, ascending."""

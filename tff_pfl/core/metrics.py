@@ -62,7 +62,13 @@ def client_metrics(stats: Mapping[str, Any]) -> dict[str, float]:
 
 
 def summarize(per_client: Sequence[Mapping[str, float]]) -> dict[str, float]:
-  """Summaries over clients: mean, weighted, std, worst10 for each metric."""
+  """Summaries over clients: mean, weighted, std, worst10 for each metric.
+
+  Clients whose value of a metric is not finite (e.g. the loss of a
+  diverged personal model) are left out of that metric's summaries and
+  counted in `<metric>_non_finite_clients` (present only when > 0); when
+  no client's value is finite the summaries are NaN.
+  """
   if not per_client:
     raise ValueError('no clients to summarize.')
   weights = np.array([c['num_examples'] for c in per_client], np.float64)
@@ -72,7 +78,11 @@ def summarize(per_client: Sequence[Mapping[str, float]]) -> dict[str, float]:
     values = np.array([c[name] for c in per_client], np.float64)
     finite = np.isfinite(values)
     v, w = values[finite], weights[finite]
+    if v.size < values.size:
+      out[f'{name}_non_finite_clients'] = float(values.size - v.size)
     if v.size == 0:
+      for stat in ('mean', 'weighted', 'std', 'worst10'):
+        out[f'{name}_{stat}'] = math.nan
       continue
     out[f'{name}_mean'] = float(v.mean())
     out[f'{name}_weighted'] = float((v * w).sum() / w.sum())

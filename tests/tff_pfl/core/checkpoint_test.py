@@ -124,10 +124,14 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_end(tmp_path):
   with pytest.raises(_Killed):
     _run(6, ck, states, checkpoint_every=3, progress=_kill_after(5))
   assert checkpoint.CheckpointManager(ck).rounds() == [3]
+  # What a kill during a save leaves behind goes when the run reopens.
+  (tmp_path / 'ck' / '.tmp_stale').mkdir()
+  (tmp_path / 'ck' / '.tmp_stale' / 'clients.npz').write_bytes(b'partial')
   ran = []
   resumed, store = _run(6, ck, states, checkpoint_every=3,
                         progress=_recorder(ran))
   assert ran == [4, 5, 6]
+  assert not (tmp_path / 'ck' / '.tmp_stale').exists()
   assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5, 6]
   assert resumed.final == pytest.approx(full.final, rel=1e-6)
   assert resumed.best_test['round'] == full.best_test['round']

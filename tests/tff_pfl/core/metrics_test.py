@@ -46,3 +46,20 @@ def test_summaries_mean_weighted_std_worst():
   assert s['accuracy_std'] == pytest.approx(np.std([0.9, 0.5, 0.7, 0.8]))
   assert s['accuracy_worst10'] == pytest.approx(0.5)   # lowest accuracy
   assert s['loss_worst10'] == pytest.approx(1.0)       # highest loss
+  assert not any(k.endswith('_non_finite_clients') for k in s)
+
+
+def test_non_finite_client_values_are_left_out_and_counted():
+  clients = [{'num_examples': 10, 'accuracy': 0.9, 'loss': float('nan')},
+             {'num_examples': 30, 'accuracy': 0.5, 'loss': 0.4},
+             {'num_examples': 10, 'accuracy': 0.7, 'loss': float('inf')}]
+  s = metrics.summarize(clients)
+  assert s['loss_non_finite_clients'] == 2
+  assert s['loss_mean'] == s['loss_weighted'] == pytest.approx(0.4)
+  assert s['accuracy_mean'] == pytest.approx(0.7)
+  assert 'accuracy_non_finite_clients' not in s
+  # No finite value at all: NaN summaries, not missing keys.
+  s = metrics.summarize([{'num_examples': 5, 'loss': float('nan')}])
+  assert s['loss_non_finite_clients'] == 1
+  assert all(np.isnan(s[f'loss_{stat}'])
+             for stat in ('mean', 'weighted', 'std', 'worst10'))
