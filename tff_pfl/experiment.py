@@ -357,8 +357,15 @@ def resume_fields(config: dict[str, Any], algorithm: str) -> dict[str, Any]:
   change between a run and its resumption: everything but run-time knobs
   and the number of rounds, which may grow on resumption, except for
   methods whose schedule depends on it (FedPSD's alpha = t / total_rounds).
+  Of `algorithm_params` only `algorithm`'s own entry counts (a config
+  shared by several algorithms, as `programs.run` builds, may change
+  another's).
   """
   fields = dict(config)
+  fields['algorithm_params'] = {
+      name: params
+      for name, params in (config.get('algorithm_params') or {}).items()
+      if name == algorithm}
   skip = ['eval_every', 'max_concurrent_clients', 'data_dir', 'local_eval']
   if not (algorithm in algorithms.ALGORITHMS and
           algorithms.uses_run_context(algorithm, 'total_rounds')):

@@ -27,6 +27,24 @@ def test_fingerprint_ignores_run_time_knobs_and_rounds_unless_scheduled():
           != experiment.fingerprint(other, 'fedavg'))
 
 
+def test_fingerprint_reads_only_the_algorithms_own_parameters():
+  # programs.run gives several algorithms one config: changing Ditto's
+  # lambda must not block resuming FedAvg, only Ditto.
+  both = experiment.ExperimentConfig(
+      algorithm_params={'fedavg': {}, 'ditto': {'lambda_': 0.1}})
+  changed = dataclasses.replace(
+      both, algorithm_params={'fedavg': {}, 'ditto': {'lambda_': 1.0}})
+  assert (experiment.fingerprint(both, 'fedavg')
+          == experiment.fingerprint(changed, 'fedavg'))
+  assert (experiment.fingerprint(both, 'ditto')
+          != experiment.fingerprint(changed, 'ditto'))
+  # A config with the algorithm's entry alone (a grid cell) hashes as
+  # before this rule: its in-progress checkpoints still resume.
+  only = dataclasses.replace(both, algorithm_params={'ditto': {'lambda_': 0.1}})
+  assert (experiment.fingerprint(both, 'ditto')
+          == experiment.fingerprint(only, 'ditto'))
+
+
 def test_a_run_with_dropout_is_reproduced_exactly():
   # Keras' Dropout is not seeded inside a TFF computation (each
   # instantiation draws a new op seed); the MLP's SeededDropout is, so a
