@@ -27,7 +27,10 @@ field guide pitfall 16). With a `CheckpointManager`, the run saves server
 state, every client's state and its history every `checkpoint_every` rounds
 and, when started again, resumes after the newest checkpoint; the sampling
 stream and data seeds depend only on (seed, round), so a resumed run
-computes exactly what an unstopped run computes.
+computes exactly what an unstopped run computes. A run resumed to more
+rounds than it first had (where the method allows it) keeps the
+evaluation the shorter run made after its last round, which an unstopped
+longer run may not make; its best rounds can name that round.
 """
 
 import asyncio
@@ -76,7 +79,8 @@ class RunResult:
       without a validation split).
     best_test: summaries at the round with the best test score.
     seconds_per_round: mean training wall time per round, excluding the
-      first round (tracing and worker start-up).
+      first round and the first round after a resumption (tracing and
+      worker start-up).
     server_state: the final server state.
     store: the client-state store, holding every client's final state.
     process: the process that ran (e.g. for `personal_features`).
@@ -266,6 +270,7 @@ def run(
       best_val_score, best_test_score = ls['best_val_score'], ls[
           'best_test_score']
       start_round = restored.round_num + 1
+  warm_up = {0, len(times)}   # indices in `times` of rounds that traced
   event_loop = asyncio.new_event_loop()
   for r in range(start_round, rounds + 1):
     cohort = sampler.sample(r)
@@ -334,7 +339,7 @@ def run(
   if not history or history[-1]['round'] != rounds:
     raise ValueError(f'the checkpoint is at round {len(history)}, past the '
                      f'requested {rounds} rounds.')
-  later = times[1:] if len(times) > 1 else times
+  later = [t for i, t in enumerate(times) if i not in warm_up] or times
   return RunResult(rounds=history, clients=client_rows, final=final,
                    best_val=best_val, best_test=best_test or final,
                    seconds_per_round=float(np.mean(later)),

@@ -132,6 +132,10 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_end(tmp_path):
                         progress=_recorder(ran))
   assert ran == [4, 5, 6]
   assert not (tmp_path / 'ck' / '.tmp_stale').exists()
+  # Rounds 1 and 4 each began a process (tracing): not in the mean.
+  secs = [r['round_seconds'] for r in resumed.rounds]
+  assert resumed.seconds_per_round == pytest.approx(
+      np.mean(secs[1:3] + secs[4:]))
   assert [r['round'] for r in resumed.rounds] == [1, 2, 3, 4, 5, 6]
   assert resumed.final == pytest.approx(full.final, rel=1e-6)
   assert resumed.best_test['round'] == full.best_test['round']
