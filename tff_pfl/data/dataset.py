@@ -199,7 +199,7 @@ def images_to_float(images: np.ndarray, key: str) -> np.ndarray:
     float32 images in [0, 1], shape [N, H, W, C].
 
   Raises:
-    ValueError: For other dtypes or floats outside [0, 1].
+    ValueError: For other dtypes, floats outside [0, 1] or another rank.
   """
   if images.dtype == np.uint8:
     images = images.astype(np.float32) / np.float32(255.0)
@@ -215,6 +215,11 @@ def images_to_float(images: np.ndarray, key: str) -> np.ndarray:
     raise ValueError(
         f'Array {key!r} has dtype {images.dtype}; expected uint8 images or '
         'floats in [0, 1].'
+    )
+  if images.ndim not in (3, 4):
+    raise ValueError(
+        f'Array {key!r} has shape {images.shape}; expected images '
+        '[N, H, W] or [N, H, W, C].'
     )
   if images.ndim == 3:
     images = images[..., np.newaxis]

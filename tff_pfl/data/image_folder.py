@@ -302,7 +302,11 @@ def load_image_folder(
       arrays = {}
       for split, items in layout.items():
         if items:
-          x, y = _decode_split(source, items, class_index, size, grayscale)
+          try:
+            x, y = _decode_split(source, items, class_index, size,
+                                 grayscale)
+          except ValueError as e:   # name the archive, not only the member
+            raise ValueError(f'{str(path)!r}: {e}') from e
           arrays[f'x_{split}'] = x
           arrays[f'y_{split}'] = y
       if cache_file is not None:

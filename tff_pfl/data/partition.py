@@ -196,6 +196,16 @@ def _dump_json(obj: Any, indent: int = 0) -> str:
   return json.dumps(obj)
 
 
+def _int_array(values: Any, what: str) -> np.ndarray:
+  """`values` as int64, refusing non-integers (which a cast would
+  truncate) with a ValueError naming `what`."""
+  array = np.asarray(values)
+  if array.size and not np.issubdtype(array.dtype, np.integer):
+    raise ValueError(f'Malformed partition document: {what} must be '
+                     f'integers, got dtype {array.dtype}.')
+  return array.astype(np.int64)
+
+
 @dataclasses.dataclass(eq=False)
 class Partition:
   """A reproducible assignment of samples to clients and splits.
@@ -377,7 +387,7 @@ class Partition:
       clients = [
           ClientSplit(
               **{
-                  s: np.asarray(clients_json[cid][s], dtype=np.int64)
+                  s: _int_array(clients_json[cid][s], f'{cid} {s} indices')
                   for s in SPLITS
               }
           )
@@ -392,7 +402,7 @@ class Partition:
           num_classes=int(data['num_classes']),
           client_ids=client_ids,
           clients=clients,
-          labels=None if labels is None else np.asarray(labels, np.int64),
+          labels=None if labels is None else _int_array(labels, 'labels'),
       )
     except (KeyError, TypeError) as e:
       raise ValueError(f'Malformed partition document: {e!r}.') from e
@@ -401,7 +411,13 @@ class Partition:
       for s in SPLITS:
         counts = partition.counts(s)
         for i, cid in enumerate(client_ids):
-          if list(table[cid][s]) != counts[i].tolist():
+          try:
+            recorded = list(table[cid][s])
+          except (KeyError, TypeError) as e:
+            raise ValueError(
+                f'Malformed partition document: class_counts of {cid} {s} '
+                f'missing or not a list ({e!r}).') from e
+          if recorded != counts[i].tolist():
             raise ValueError(
                 f'class_counts of {cid} {s} disagree with its indices.'
             )

@@ -169,7 +169,7 @@ DATASETS: dict[str, DatasetSpec] = {
             'mnist',
             'MNIST, 60,000 train / 10,000 test 28x28 grayscale, 10 classes',
             'mnist.npz',
-            _npz('mnist'),
+            _npz('mnist', tuple(str(i) for i in range(10))),
             'keras.datasets.mnist (https://storage.googleapis.com/'
             'tensorflow/tf-keras-datasets/mnist.npz) or ' + _SHARED,
         ),
@@ -177,7 +177,7 @@ DATASETS: dict[str, DatasetSpec] = {
             'mnistm',
             'MNIST-M test split only, 9,001 32x32 RGB, 10 classes',
             'mnistm_test_32x32.npz',
-            _npz('mnistm'),
+            _npz('mnistm', tuple(str(i) for i in range(10))),
             'an MNIST-M release (Ganin & Lempitsky), as an npz with '
             'x_test/y_test, or ' + _SHARED,
         ),

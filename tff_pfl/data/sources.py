@@ -15,6 +15,7 @@ Apart from `load_tfds`, the loaders only read local files.
 from collections.abc import Sequence
 import os
 from typing import Optional
+import zipfile
 
 import numpy as np
 
@@ -135,7 +136,14 @@ def load_npz(
   """
   path = dataset.existing_path(path)
   name = name or path.stem
-  with np.load(path, allow_pickle=False) as data:
+  try:
+    archive = np.load(path, allow_pickle=False)
+  except (OSError, ValueError, zipfile.BadZipFile) as e:
+    raise ValueError(f'{str(path)!r} is not a readable .npz file: {e}') from e
+  if not isinstance(archive, np.lib.npyio.NpzFile):
+    raise ValueError(f'{str(path)!r} holds one array, not an .npz archive '
+                     'of named arrays.')
+  with archive as data:
     keys = set(data.files)
     if {'x_train', 'y_train'} <= keys:
       x_train = dataset.images_to_float(data['x_train'], 'x_train')
@@ -151,6 +159,11 @@ def load_npz(
       if {'val_images', 'val_labels'} <= keys:
         xs.append(dataset.images_to_float(data['val_images'], 'val_images'))
         ys.append(dataset.integer_labels(data['val_labels'], 'val_labels'))
+      if xs[-1].shape[1:] != xs[0].shape[1:]:
+        raise ValueError(
+            f'{str(path)!r}: val_images {xs[-1].shape[1:]} and train_images '
+            f'{xs[0].shape[1:]} differ in image shape.'
+        )
       x_train = np.concatenate(xs)
       y_train = np.concatenate(ys)
       if {'test_images', 'test_labels'} <= keys:
@@ -168,6 +181,11 @@ def load_npz(
           '[x_test/y_test], MedMNIST train_images/train_labels[/val_*/test_*] '
           'or a test-only x_test/y_test.'
       )
+  if x_test is not None and x_test.shape[1:] != x_train.shape[1:]:
+    raise ValueError(
+        f'{str(path)!r}: its test images {x_test.shape[1:]} and training '
+        f'images {x_train.shape[1:]} differ in shape.'
+    )
   all_labels = y_train if y_test is None else np.concatenate([y_train, y_test])
   if all_labels.size and all_labels.min() < 0:
     raise ValueError(f'{str(path)!r} has negative labels.')

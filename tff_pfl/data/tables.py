@@ -68,7 +68,12 @@ def load_csv(
   name = name or path.stem
   if task not in dataset.TASKS:
     raise ValueError(f'task must be one of {dataset.TASKS}, got {task!r}.')
-  table = pd.read_csv(path, encoding='utf-8-sig')
+  try:
+    table = pd.read_csv(path, encoding='utf-8-sig')
+  except (UnicodeDecodeError, pd.errors.ParserError,
+          pd.errors.EmptyDataError) as e:
+    raise ValueError(f'{str(path)!r} is not a readable UTF-8 CSV table: '
+                     f'{e}') from e
   table.columns = [str(c).strip() for c in table.columns]
   columns = list(table.columns)
   if len(set(columns)) != len(columns):

@@ -457,6 +457,24 @@ class TestSerialization:
               'class_counts of client_000 train disagree',
           ),
           (lambda d: d.pop('clients'), 'Malformed'),
+          (
+              lambda d: d['class_counts'].pop('client_001'),
+              'class_counts of client_001 train missing or not a list',
+          ),
+          (
+              lambda d: d['class_counts']['client_000'].update(test=None),
+              'class_counts of client_000 test missing or not a list',
+          ),
+          (
+              lambda d: d['clients']['client_000']['train'].__setitem__(
+                  0, 1.5
+              ),
+              'client_000 train indices must be integers, got dtype float64',
+          ),
+          (
+              lambda d: d.update(labels=[float(v) for v in d['labels']]),
+              'labels must be integers',
+          ),
           (lambda d: d.update(format='other'), 'Not a tff_pfl.partition'),
           (lambda d: d.update(version=99), 'version 99'),
           (

@@ -169,6 +169,49 @@ class TestLoadNpz:
     with pytest.raises(FileNotFoundError, match='nope.npz'):
       sources.load_npz(tmp_path / 'nope.npz')
 
+  def test_unreadable_files_are_named(self, tmp_path):
+    text = tmp_path / 'text.npz'
+    text.write_text('not an archive')
+    with pytest.raises(ValueError, match="text.npz' is not a readable .npz"):
+      sources.load_npz(text)
+    single = tmp_path / 'single.npz'
+    with open(single, 'wb') as f:
+      np.save(f, np.zeros(3))
+    with pytest.raises(ValueError, match='holds one array, not an .npz'):
+      sources.load_npz(single)
+
+  def test_image_shapes_are_checked(self, tmp_path):
+    path = tmp_path / 'five_d.npz'
+    np.savez(path, x_train=np.zeros((2, 4, 4, 1, 1), np.uint8),
+             y_train=np.zeros(2, int))
+    with pytest.raises(ValueError, match=r"'x_train' has shape \(2, 4, 4, 1, "
+                       r'1\); expected images'):
+      sources.load_npz(path)
+    path = tmp_path / 'mixed.npz'
+    np.savez(path, x_train=np.zeros((2, 4, 4), np.uint8),
+             y_train=np.zeros(2, int), x_test=np.zeros((2, 5, 5), np.uint8),
+             y_test=np.zeros(2, int))
+    with pytest.raises(ValueError, match=r'test images \(5, 5, 1\) and '
+                       r'training images \(4, 4, 1\) differ'):
+      sources.load_npz(path)
+    path = tmp_path / 'med.npz'
+    np.savez(path, train_images=np.zeros((2, 4, 4), np.uint8),
+             train_labels=np.zeros(2, int),
+             val_images=np.zeros((2, 3, 3), np.uint8),
+             val_labels=np.zeros(2, int))
+    with pytest.raises(ValueError, match='val_images .* differ in image shape'):
+      sources.load_npz(path)
+
+  def test_labels_beyond_the_class_names_are_refused(self, tmp_path):
+    # As the registry loads MNIST: ten class names, so a label of 250 is
+    # an error, not a 251-class data set.
+    path = tmp_path / 'mnist.npz'
+    np.savez(path, x_train=np.zeros((2, 4, 4), np.uint8),
+             y_train=np.array([3, 250]))
+    with pytest.raises(ValueError, match='labels up to 250 but only 10 '
+                       'class names'):
+      sources.load_npz(path, class_names=tuple(str(i) for i in range(10)))
+
 
 class TestLoadImageFolder:
 
@@ -257,7 +300,8 @@ class TestLoadImageFolder:
     path = make_image_zip(
         tmp_path / 'c.zip', {'a/0.png': solid(1), 'a/1.jpg': b'not a jpeg'}
     )
-    with pytest.raises(ValueError, match="decode image 'a/1.jpg'"):
+    with pytest.raises(ValueError,
+                       match="c.zip': Could not decode image 'a/1.jpg'"):
       sources.load_image_folder(path, use_cache=False)
 
   def test_not_a_zip(self, tmp_path):
@@ -370,6 +414,13 @@ class TestLoadCsv:
   def test_unknown_target_lists_columns(self, csv_path):
     with pytest.raises(ValueError, match=r"'target'.*\['name', 'age'"):
       sources.load_csv(csv_path, target='target')
+
+  def test_a_binary_file_is_named(self, tmp_path):
+    path = tmp_path / 'obesity.csv'
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ValueError,
+                       match="obesity.csv' is not a readable UTF-8 CSV"):
+      sources.load_csv(path, target='label')
 
   def test_unknown_drop(self, csv_path):
     with pytest.raises(ValueError, match=r"Cannot drop \['zip'\]"):
