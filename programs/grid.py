@@ -61,8 +61,14 @@ def parse_spec(text: str, known: Collection[str],
 
 
 def parse_method(text: str) -> tuple[str, dict[str, Any]]:
-  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...})."""
-  return parse_spec(text, algorithms.ALGORITHMS, 'method')
+  """'ditto:lambda_=0.01;personal_epochs=2' -> ('ditto', {...}); a
+  UsageError for a parameter the algorithm does not take."""
+  name, params = parse_spec(text, algorithms.ALGORITHMS, 'method')
+  try:
+    algorithms.check(name, params)
+  except ValueError as e:
+    raise app.UsageError(f'{text!r}: {e}') from e
+  return name, params
 
 
 def parse_encoder(text: str) -> tuple[str, dict[str, Any]]:

@@ -32,6 +32,7 @@ from tqdm import tqdm
 import keras_models
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
+from tff_pfl.core import checkpoint
 from tff_pfl.data import registry as data_registry
 
 FLAGS = flags.FLAGS
@@ -131,10 +132,28 @@ def _clients_per_round() -> int:
       raise app.UsageError('--participation_rate must be in (0, 1], got '
                            f'{FLAGS.participation_rate}.')
     return max(1, int(round(FLAGS.participation_rate * FLAGS.num_clients)))
-  return FLAGS.clients_per_round or FLAGS.num_clients
+  if FLAGS.clients_per_round is not None:
+    return FLAGS.clients_per_round      # checked against --num_clients
+  return FLAGS.num_clients
+
+
+# Flags that define the partition; a --partition_file replaces them all.
+_PARTITION_FLAGS = ('partition', 'alpha', 'min_samples', 'classes_per_client',
+                    'shards_per_client', 'train_fraction', 'val_fraction',
+                    'test_fraction', 'max_train_samples')
 
 
 def _config_from_flags():
+  if FLAGS.partition_file:
+    given = [f'--{n}' for n in _PARTITION_FLAGS if FLAGS[n].present]
+    if given:
+      raise app.UsageError(
+          f'--partition_file fixes the partition and its splits; drop '
+          f'{", ".join(given)} (the file records the values it was made '
+          'with).')
+  if FLAGS.min_samples is not None and FLAGS.partition != 'dirichlet':
+    raise app.UsageError('--min_samples applies to --partition=dirichlet '
+                         f'only, not {FLAGS.partition!r}.')
   partition_params = {
       'iid': {},
       'dirichlet': {'alpha': FLAGS.alpha},
@@ -144,7 +163,7 @@ def _config_from_flags():
   if FLAGS.partition == 'dirichlet' and FLAGS.min_samples is not None:
     partition_params['min_samples'] = FLAGS.min_samples
   dataset_options = {}
-  if FLAGS.image_size:
+  if FLAGS.image_size is not None:      # the loader checks the value
     dataset_options['image_size'] = FLAGS.image_size
   try:
     model_options = json.loads(FLAGS.model_options)
@@ -212,6 +231,26 @@ def comparison_table(results: Mapping[str, Summary]) -> str:
   return '\n'.join(lines)
 
 
+def _check_resumable(out: str, config: experiment.ExperimentConfig,
+                     data: experiment.PreparedData, name: str) -> None:
+  """A UsageError when `out` holds checkpoints of `name` that this run
+  could not resume: written with another configuration or model."""
+  state = checkpoint.newest_loop_state(os.path.join(out, 'checkpoints'))
+  if state is None:
+    return
+  problem = None
+  if state.get('fingerprint', '') != experiment.fingerprint(config, name):
+    problem = 'another configuration'
+  elif state.get('architecture') and (
+      state['architecture'] != data.spec.architecture()):
+    problem = 'a model built differently'
+  if problem:
+    raise app.UsageError(
+        f'{out} holds checkpoints of {name} written with {problem}; use '
+        'another --output_dir, or --noresume to start afresh. Nothing was '
+        'written.')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -220,6 +259,12 @@ def main(argv):
     return 0
   if not FLAGS.output_dir:
     raise app.UsageError('--output_dir is required.')
+  if not FLAGS.algorithm:
+    raise app.UsageError('--algorithm names no algorithm.')
+  repeated = sorted({n for n in FLAGS.algorithm
+                     if FLAGS.algorithm.count(n) > 1})
+  if repeated:
+    raise app.UsageError(f'--algorithm names {repeated} more than once.')
   for name in FLAGS.algorithm:
     if name not in algorithms.ALGORITHMS:
       raise app.UsageError(f'unknown algorithm {name!r}; known: '
@@ -230,14 +275,36 @@ def main(argv):
           f'--local_eval: {name} does not report its clients\' models after '
           'local training (FedPSD Eq. 10); leave it out or drop --local_eval.')
   config = _config_from_flags()
+  stray = sorted(set(config.algorithm_params) - set(FLAGS.algorithm))
+  if stray:
+    raise app.UsageError(
+        f'--algorithm_params names {stray}, which --algorithm '
+        f'({",".join(FLAGS.algorithm)}) does not run.')
   t0 = time.time()
   data = experiment.prepare(config)
-  print(f'{config.dataset}: {data.partition.num_samples} samples, '
-        f'{len(data.client_ids)} clients, prepared in {time.time() - t0:.1f}s',
-        flush=True)
+  assigned = data.partition.num_assigned()
+  print(f'{config.dataset}: {data.partition.num_samples} samples'
+        + (f' ({assigned} assigned to clients)'
+           if assigned != data.partition.num_samples else '')
+        + f', {len(data.client_ids)} clients, prepared in '
+        f'{time.time() - t0:.1f}s', flush=True)
+  several = len(FLAGS.algorithm) > 1
+
+  def output_dir(name):
+    return os.path.join(FLAGS.output_dir, name) if several else FLAGS.output_dir
+
+  # Every algorithm is checked before the first one trains or anything is
+  # written (a refused resume must not overwrite partition.json).
+  for name in FLAGS.algorithm:
+    try:
+      algorithms.check(name, config.algorithm_params.get(name, {}),
+                       data.spec.task)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from e
+    if FLAGS.resume:
+      _check_resumable(output_dir(name), config, data, name)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   data.partition.save(os.path.join(FLAGS.output_dir, 'partition.json'))
-  several = len(FLAGS.algorithm) > 1
   results = collections.OrderedDict()
   for name in FLAGS.algorithm:
     bar = tqdm(total=config.rounds, desc=name, disable=not FLAGS.progress,
@@ -254,7 +321,7 @@ def main(argv):
               f'personalized acc {post["acc"]} '
               f'({row["round_seconds"]:.1f}s)', flush=True)
 
-    out = os.path.join(FLAGS.output_dir, name) if several else FLAGS.output_dir
+    out = output_dir(name)
     # Ends this algorithm's TFF worker: the next one starts a fresh worker.
     result = experiment.run_into(
         out, config, data, name, progress=progress,

@@ -151,8 +151,8 @@ def test_method_params_spec_overrides_defaults():
 
 
 def test_method_and_encoder_specs_are_parsed_and_checked():
-  assert grid.parse_method('fedpsd:psd=false;alpha=0.5') == (
-      'fedpsd', {'psd': False, 'alpha': 0.5})
+  assert grid.parse_method('fedpsd:psd=false;rhpk=true') == (
+      'fedpsd', {'psd': False, 'rhpk': True})
   assert grid.parse_encoder('resnet10:width=0.25') == (
       'resnet10', {'width': 0.25})
   assert grid.parse_encoder('vgg11') == ('vgg11', {})
@@ -160,6 +160,7 @@ def test_method_and_encoder_specs_are_parsed_and_checked():
       ('fedsgd', "unknown method 'fedsgd'; known: ["),
       ('moon:mu', "method parameter 'mu' of 'moon:mu' must be key=value"),
       ('moon:mu=one', "value of mu in 'moon:mu=one' is not JSON"),
+      ('moon:mu_=1', "'moon:mu_=1': moon does not take ['mu_']"),
   ):
     with pytest.raises(app.UsageError, match=re.escape(message)):
       grid.parse_method(text)

@@ -62,6 +62,54 @@ def test_bad_input_fails_with_a_clear_message(tmp_path):
   assert not (tmp_path / 'eq10').exists()
 
 
+def test_every_algorithm_and_flag_is_checked_before_anything_runs(tmp_path):
+  # A second algorithm's bad hyperparameter, a misspelled algorithm key,
+  # flags that would be ignored: refused before FedAvg trains and before
+  # anything is written.
+  iris = ['--dataset=iris', '--num_clients=3', '--rounds=1',
+          '--progress=false']
+  for args, message in (
+      (['--algorithm=fedavg,fedprox', '--algorithm_params={"fedprox": '
+        '{"mu_": 1}}'], "fedprox does not take ['mu_']"),
+      (['--algorithm=fedavg,fedprox', '--algorithm_params={"fedporx": '
+        '{"mu": 1}}'], "--algorithm_params names ['fedporx'], which "
+       '--algorithm (fedavg,fedprox) does not run'),
+      (['--algorithm=fedavg,fedavg'], "--algorithm names ['fedavg'] more "
+       'than once'),
+      (['--algorithm='], '--algorithm names no algorithm'),
+      (['--partition_file=p.json', '--alpha=0.1', '--partition=dirichlet'],
+       '--partition_file fixes the partition and its splits; drop '
+       '--partition, --alpha'),
+      (['--partition=shards', '--min_samples=3'],
+       "--min_samples applies to --partition=dirichlet only, not 'shards'"),
+      (['--clients_per_round=0'], 'clients_per_round=0 must be between 1'),
+  ):
+    out = tmp_path / 'never'
+    proc = _run(iris + args + [f'--output_dir={out}'])
+    assert proc.returncode != 0, args
+    assert message in proc.stdout, (args, proc.stdout[-2000:])
+    assert 'personalized acc' not in proc.stdout
+    assert not out.exists(), args
+
+
+def test_a_refused_resume_writes_nothing(tmp_path):
+  # Resuming with a changed partition is refused before partition.json
+  # is rewritten: the finished run's record stays its own.
+  common = ['--algorithm=fedavg', '--dataset=iris', '--num_clients=3',
+            '--rounds=1', '--progress=false', f'--output_dir={tmp_path}']
+  assert _run(common + ['--alpha=0.5']).returncode == 0
+  written = (tmp_path / 'partition.json').read_bytes()
+  proc = _run(common + ['--alpha=5'])
+  assert proc.returncode != 0
+  assert (f'{tmp_path} holds checkpoints of fedavg written with another '
+          'configuration; use another --output_dir, or --noresume') in (
+              proc.stdout), proc.stdout[-2000:]
+  assert (tmp_path / 'partition.json').read_bytes() == written
+  # --noresume starts afresh, with the new partition.
+  assert _run(common + ['--alpha=5', '--noresume']).returncode == 0
+  assert (tmp_path / 'partition.json').read_bytes() != written
+
+
 def test_participation_rate_is_validated(tmp_path):
   proc = _run(['--dataset=iris', '--num_clients=3', '--participation_rate=1.5',
                f'--output_dir={tmp_path}', '--progress=false'])

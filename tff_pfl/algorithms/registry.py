@@ -12,7 +12,7 @@ them as `run_context=dict(num_clients=..., total_rounds=...)`, and `build`
 hands each builder the entries its signature names, and no others.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 import dataclasses
 import inspect
 from typing import Any, Optional
@@ -45,6 +45,10 @@ class AlgorithmInfo:
   # (`ClientOutput.local_model`, FedPSD's Eq. 10); checked against the built
   # process by tests, so programs can refuse `local_eval` before any run.
   reports_local_models: bool = True
+  # Whether the builder refuses a regression spec (the method distils or
+  # calibrates class probabilities); checked against the builders by
+  # tests, so programs can refuse a regression data set before any run.
+  classification_only: bool = False
 
 
 ALGORITHMS: Mapping[str, AlgorithmInfo] = {
@@ -76,7 +80,8 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = {
     'fedpsd': AlgorithmInfo(
         'fedpsd', fedpsd.build_fedpsd,
         'FedPSD (fedpsd.txt): calibrated CE + progressive self-distillation '
-        'with stored predictions; rhpk, psd, cll'),
+        'with stored predictions; rhpk, psd, cll',
+        classification_only=True),
     'moon': AlgorithmInfo(
         'moon', moon.build_moon,
         'MOON (Li et al. 2021): model-contrastive term on encoder outputs '
@@ -84,11 +89,13 @@ ALGORITHMS: Mapping[str, AlgorithmInfo] = {
     'fedntd': AlgorithmInfo(
         'fedntd', fedntd.build_fedntd,
         'FedNTD (Lee et al. 2022): not-true distillation from the global '
-        'model; beta, temperature'),
+        'model; beta, temperature',
+        classification_only=True),
     'fedlmd': AlgorithmInfo(
         'fedlmd', fedlmd.build_fedlmd,
         'FedLMD (Lu et al. 2023): distillation with the client\'s major '
-        'labels masked out of the teacher; beta, temperature'),
+        'labels masked out of the teacher; beta, temperature',
+        classification_only=True),
     'scaffold': AlgorithmInfo(
         'scaffold', scaffold.build_scaffold,
         'SCAFFOLD (Karimireddy et al. 2020), option II control variates; '
@@ -126,22 +133,46 @@ def uses_run_context(name: str, key: str) -> bool:
   return key in inspect.signature(ALGORITHMS[name].build).parameters
 
 
-def build(name: str, spec, *, run_context: Optional[Mapping[str, Any]] = None,
-          **kwargs: Any) -> process_lib.PersonalizedProcess:
-  """Builds algorithm `name`; see the module docstring."""
+def _check_names(name: str, keys: Collection[str]) -> None:
+  """Raises ValueError for an unknown algorithm or keyword of its builder."""
   if name not in ALGORITHMS:
     raise ValueError(f'unknown algorithm {name!r}; known: '
                      f'{sorted(ALGORITHMS)}.')
-  info = ALGORITHMS[name]
-  if not info.uses_server_optimizer:
-    kwargs.pop('server_optimizer', None)
-  params = inspect.signature(info.build).parameters
-  unknown = sorted(k for k in kwargs if k not in params or k in RUN_CONTEXT)
+  params = inspect.signature(ALGORITHMS[name].build).parameters
+  unknown = sorted(k for k in keys if k not in params or k in RUN_CONTEXT)
   if unknown:
     accepted = sorted(k for k in params
                       if k not in ('spec',) and k not in RUN_CONTEXT)
     raise ValueError(f'{name} does not take {unknown}; it accepts '
                      f'{accepted}.')
+
+
+def check(name: str, hparams: Mapping[str, Any],
+          task: Optional[str] = None) -> None:
+  """Checks, without building anything, that algorithm `name` exists, takes
+  every key of `hparams` and supports `task` ('classification' or
+  'regression'; None: not checked): programs call it for every algorithm
+  of a run before the first one trains.
+
+  Raises:
+    ValueError: naming the unknown algorithm or hyperparameters, or the
+      task the algorithm does not support.
+  """
+  _check_names(name, hparams)
+  if (task is not None and task != 'classification'
+      and ALGORITHMS[name].classification_only):
+    raise ValueError(f'{name} needs a classification task (it works on '
+                     f'class probabilities), got {task!r}.')
+
+
+def build(name: str, spec, *, run_context: Optional[Mapping[str, Any]] = None,
+          **kwargs: Any) -> process_lib.PersonalizedProcess:
+  """Builds algorithm `name`; see the module docstring."""
+  if name in ALGORITHMS and not ALGORITHMS[name].uses_server_optimizer:
+    kwargs.pop('server_optimizer', None)
+  _check_names(name, kwargs)
+  info = ALGORITHMS[name]
+  params = inspect.signature(info.build).parameters
   for key, value in (run_context or {}).items():
     if key not in RUN_CONTEXT:
       raise ValueError(f'unknown run_context entry {key!r}; known: '

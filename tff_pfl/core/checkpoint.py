@@ -43,6 +43,30 @@ class Restored(NamedTuple):
   loop_state: dict[str, Any]
 
 
+def _complete_rounds(directory: str) -> list[int]:
+  out = []
+  for name in os.listdir(directory):
+    m = _NAME.match(name)
+    if m and os.path.exists(os.path.join(directory, name, 'loop.json')):
+      out.append(int(m.group(1)))
+  return sorted(out)
+
+
+def newest_loop_state(directory: str) -> Optional[dict[str, Any]]:
+  """The loop state (history, fingerprint, architecture, ...) of the newest
+  complete checkpoint under `directory`, None if there is none; reads
+  without creating anything, so that a program can check a run's
+  checkpoints before it writes."""
+  if not os.path.isdir(directory):
+    return None
+  rounds = _complete_rounds(directory)
+  if not rounds:
+    return None
+  path = os.path.join(directory, f'round_{rounds[-1]:06d}', 'loop.json')
+  with open(path) as f:
+    return json.load(f)
+
+
 class CheckpointManager:
   """Saves and restores run checkpoints under `directory`."""
 
@@ -58,12 +82,7 @@ class CheckpointManager:
 
   def rounds(self) -> list[int]:
     """Rounds with a complete checkpoint, ascending."""
-    out = []
-    for name in os.listdir(self._dir):
-      m = _NAME.match(name)
-      if m and os.path.exists(os.path.join(self._dir, name, 'loop.json')):
-        out.append(int(m.group(1)))
-    return sorted(out)
+    return _complete_rounds(self._dir)
 
   def save(self, round_num: int, server_state: Any,
            store: client_state.ClientStateStore,

@@ -125,3 +125,43 @@ def test_a_diverged_participation_leaves_the_client_state_untouched(
                                                 [good[0], bad])
   assert metrics['client_work']['non_finite'] == 1.0
   _assert_same(s1_after, s1)
+
+
+REGRESSION_SPEC = model_spec.ModelSpec(
+    lambda: keras_models.build_model('mlp', (helpers.NUM_FEATURES,), 1,
+                                     head='regression',
+                                     encoder_options={'hidden': (8,)}),
+    dict(SPEC.input_spec, y=tf.TensorSpec([None], tf.float32)),
+    'regression', 1)
+
+
+@pytest.mark.parametrize('name', sorted(registry.ALGORITHMS))
+def test_classification_only_flag_matches_the_builder(name):
+  # Programs refuse a regression data set from the flag, before any run;
+  # the flag must say what the builder does.
+  def build():
+    return registry.build(
+        name, REGRESSION_SPEC,
+        initial_weights=REGRESSION_SPEC.initial_weights(seed=0),
+        client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+        local_epochs=1, run_context=dict(num_clients=3, total_rounds=5))
+  if registry.ALGORITHMS[name].classification_only:
+    with pytest.raises(ValueError, match='classification'):
+      build()
+    with pytest.raises(ValueError, match=f'{name} needs a classification '
+                       "task .*, got 'regression'"):
+      registry.check(name, {}, 'regression')
+  else:
+    assert build().name == name
+    registry.check(name, {}, 'regression')
+
+
+def test_check_refuses_unknown_names_and_hyperparameters_unbuilt():
+  registry.check('fedprox', {'mu': 0.1}, 'classification')
+  with pytest.raises(ValueError, match=r"fedprox does not take \['mu_'\]"):
+    registry.check('fedprox', {'mu_': 0.1}, 'classification')
+  with pytest.raises(ValueError, match="unknown algorithm 'fedporx'"):
+    registry.check('fedporx', {}, 'classification')
+  # Run-context entries are not hyperparameters.
+  with pytest.raises(ValueError, match=r"does not take \['total_rounds'\]"):
+    registry.check('fedpsd', {'total_rounds': 5}, 'classification')
