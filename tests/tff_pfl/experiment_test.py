@@ -5,7 +5,6 @@ import dataclasses
 import numpy as np
 
 from tff_pfl import experiment
-from tff_pfl.core import runtime
 
 
 def test_fingerprint_ignores_run_time_knobs_and_rounds_unless_scheduled():
@@ -53,11 +52,10 @@ def test_a_run_with_dropout_is_reproduced_exactly():
       dataset='iris', num_clients=3, clients_per_round=3, rounds=2,
       model='mlp', model_options={'dropout': 0.5}, learning_rate=0.1)
   data = experiment.prepare(config)
-  try:
-    first = experiment.run_algorithm(config, data, 'fedavg')
-    again = experiment.run_algorithm(config, data, 'fedavg')
-  finally:
-    runtime.shutdown()
+  # In the session's TFF context (tests/tff_pfl/conftest.py), left installed
+  # for the tests after this one.
+  first = experiment.run_algorithm(config, data, 'fedavg')
+  again = experiment.run_algorithm(config, data, 'fedavg')
   assert first.final == again.final
   for a, b in zip(first.server_state.global_model_weights.trainable,
                   again.server_state.global_model_weights.trainable):
