@@ -369,7 +369,7 @@ def run_variant(partition, shots, seeds, variant, **config_kwargs) -> None:
     # Prepared even when every cell has finished: the finished cells'
     # model architecture is checked against the model this code builds.
     config = make_config(partition, shots, seed, **config_kwargs)
-    data = experiment.prepare(config)
+    data = grid.prepare(config)
     architecture = data.spec.architecture()
     todo = [m for m in FLAGS.sweep_methods if needs_run(
         cell_dir(partition, shots, seed, m, variant), config, m, seed,
@@ -385,7 +385,7 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
     for k in shots:
       for seed in seeds:
         config = make_config(partition, k, seed)
-        data = experiment.prepare(config)
+        data = grid.prepare(config)
         architecture = data.spec.architecture()   # a model build: once
         # Ablation and lambda sweep (all seeds) and t-SNE features (first
         # seed) run only at the first (partition, shots) cell. Fresh lists:

@@ -232,7 +232,7 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
     # Prepared even when every cell has finished: the finished cells'
     # model architecture is checked against the model this code builds.
     config = make_config(setting, seed, **config_kwargs)
-    data = experiment.prepare(config)
+    data = grid.prepare(config)
     architecture = data.spec.architecture()
     todo = []
     for m in methods:

@@ -91,6 +91,19 @@ def method_params(method: str,
   return name, dict(default_params or {}, **params)
 
 
+def prepare(config: experiment.ExperimentConfig) -> experiment.PreparedData:
+  """`experiment.prepare`, with bad input as a `UsageError`.
+
+  An unknown data set, model or option, a missing data file or a partition
+  that cannot be made is the user's to fix: the program prints the message
+  and its flags' help, not a traceback.
+  """
+  try:
+    return experiment.prepare(config)
+  except (ValueError, FileNotFoundError) as e:
+    raise app.UsageError(str(e)) from e
+
+
 def load_summary(out: str) -> Optional[dict[str, Any]]:
   """The cell's summary.json, or None when the cell has not finished."""
   path = os.path.join(out, 'summary.json')

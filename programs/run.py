@@ -30,6 +30,7 @@ import tensorflow as tf  # pylint: disable=unused-import
 from tqdm import tqdm
 
 import keras_models
+from programs import grid
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
 from tff_pfl.core import checkpoint
@@ -281,7 +282,7 @@ def main(argv):
         f'--algorithm_params names {stray}, which --algorithm '
         f'({",".join(FLAGS.algorithm)}) does not run.')
   t0 = time.time()
-  data = experiment.prepare(config)
+  data = grid.prepare(config)
   assigned = data.partition.num_assigned()
   print(f'{config.dataset}: {data.partition.num_samples} samples'
         + (f' ({assigned} assigned to clients)'

@@ -143,8 +143,19 @@ def prepare(config: ExperimentConfig) -> PreparedData:
           f'{part.num_samples} samples but {config.dataset} has {len(x)}.')
     if part.num_clients != config.num_clients:
       raise ValueError(
-          f'partition file has {part.num_clients} clients, config asks for '
-          f'{config.num_clients}.')
+          f'partition file {config.partition_file} has {part.num_clients} '
+          f'clients, config asks for {config.num_clients}.')
+    # Same size is not same data: a file made for another data set, order
+    # or pooling would silently mix clients' samples.
+    if part.labels is not None and not np.array_equal(part.labels, labels):
+      differ = int(np.count_nonzero(np.asarray(part.labels) != labels))
+      what = ('labels' if ds.task == 'classification'
+              else 'targets (compared by their quantile bins)')
+      raise ValueError(
+          f'partition file {config.partition_file} was made for other '
+          f'{what} than {config.dataset} has: {differ} of {len(x)} samples '
+          'differ. Make a new partition for this data, or load the data '
+          'the file was made for.')
   else:
     part = partition_lib.make_partition(
         labels, num_clients=config.num_clients, method=config.partition,

@@ -83,11 +83,17 @@ def test_every_algorithm_and_flag_is_checked_before_anything_runs(tmp_path):
       (['--partition=shards', '--min_samples=3'],
        "--min_samples applies to --partition=dirichlet only, not 'shards'"),
       (['--clients_per_round=0'], 'clients_per_round=0 must be between 1'),
+      # Names the data set and model registries check: a message, not a
+      # traceback.
+      (['--dataset=irs'], "Unknown data set 'irs'; known: ["),
+      (['--model=mlpp'], "Unknown encoder 'mlpp'; known encoders: "),
+      (['--partition_file=missing.json'], 'missing.json'),
   ):
     out = tmp_path / 'never'
     proc = _run(iris + args + [f'--output_dir={out}'])
     assert proc.returncode != 0, args
     assert message in proc.stdout, (args, proc.stdout[-2000:])
+    assert 'Traceback' not in proc.stdout, (args, proc.stdout[-2000:])
     assert 'personalized acc' not in proc.stdout
     assert not out.exists(), args
 

@@ -3,8 +3,11 @@
 import dataclasses
 
 import numpy as np
+import pytest
 
 from tff_pfl import experiment
+from tff_pfl.data import dataset as dataset_lib
+from tff_pfl.data import partition as partition_lib
 
 
 def test_fingerprint_ignores_run_time_knobs_and_rounds_unless_scheduled():
@@ -60,3 +63,63 @@ def test_a_run_with_dropout_is_reproduced_exactly():
   for a, b in zip(first.server_state.global_model_weights.trainable,
                   again.server_state.global_model_weights.trainable):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_partition_file_is_reused_and_checked_against_the_data(tmp_path):
+  config = experiment.ExperimentConfig(
+      dataset='iris', num_clients=3, clients_per_round=3,
+      partition_params={'alpha': 0.3}, seed=4)
+  made = experiment.prepare(config).partition
+  path = tmp_path / 'partition.json'
+  made.save(path)
+  # Another seed, but the file fixes the clients' samples.
+  again = experiment.prepare(dataclasses.replace(
+      config, partition_file=str(path), seed=9)).partition
+  for s in partition_lib.SPLITS:
+    for a, b in zip(made.indices(s), again.indices(s)):
+      np.testing.assert_array_equal(a, b)
+  seed9 = experiment.prepare(dataclasses.replace(config, seed=9)).partition
+  assert any(not np.array_equal(a, b) for a, b in zip(
+      made.indices('train'), seed9.indices('train')))
+  # Same size, other labels (another data set or sample order): refused.
+  shuffled = np.random.default_rng(0).permutation(made.labels)
+  partition_lib.make_partition(
+      shuffled, num_clients=3, method='iid', seed=0, num_classes=3
+  ).save(tmp_path / 'other.json')
+  with pytest.raises(ValueError, match=(
+      r'other\.json was made for other labels than iris has: \d+ of 150 '
+      'samples differ')):
+    experiment.prepare(dataclasses.replace(
+        config, partition_file=str(tmp_path / 'other.json')))
+  with pytest.raises(ValueError, match='partition.json has 3 clients, '
+                     'config asks for 4'):
+    experiment.prepare(dataclasses.replace(
+        config, partition_file=str(path), num_clients=4,
+        clients_per_round=4))
+
+
+def test_a_regression_partition_file_is_checked_against_the_targets(
+    tmp_path, monkeypatch):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 4)).astype(np.float32)
+  y = rng.normal(size=60).astype(np.float32)
+
+  def load(name, data_dir, **options):
+    del data_dir, options
+    return dataset_lib.ArrayDataset(
+        name=name, x_train=x, y_train=targets, x_test=None, y_test=None,
+        num_classes=0, class_names=(), task='regression')
+
+  monkeypatch.setattr(experiment.data_registry, 'load_dataset', load)
+  targets = y
+  config = experiment.ExperimentConfig(
+      dataset='synthetic', num_clients=3, clients_per_round=3, model='mlp')
+  path = tmp_path / 'partition.json'
+  experiment.prepare(config).partition.save(path)
+  with_file = dataclasses.replace(config, partition_file=str(path))
+  experiment.prepare(with_file)          # the same targets: accepted
+  targets = y[::-1].copy()               # same size, another sample order
+  with pytest.raises(ValueError, match=(
+      r'was made for other targets \(compared by their quantile bins\) '
+      r'than synthetic has: \d+ of 60 samples differ')):
+    experiment.prepare(with_file)
