@@ -10,10 +10,11 @@ temporary directory and renamed into place (atomic on POSIX), and only the
 newest `keep` checkpoints are kept; a temporary directory left by a run
 killed while saving is removed when the next run opens the directory.
 
-Saving and restoring hold every client's state in memory at once, also
-with a `DiskStore`: a few MB to tens of MB for the runs here (100 clients'
-FedPSD predictions or Ditto SimpleCNN models, 5 clients' AFedCL encoders
-and discriminators), not a design for very many large client states.
+Client states stream through `clients.npz` one client at a time, in both
+directions: with a `DiskStore`, saving and restoring hold one client's state
+in memory, not all of them. The file is the one `np.savez` writes (a zip of
+`<client id>/<leaf>.npy` entries), so checkpoints written before streaming
+still restore.
 
 Why not `tff.program.FileProgramStateManager`: it saves SavedModels of a
 structure fixed in advance, while the set of clients with a stored state
@@ -22,12 +23,15 @@ models on 2 cores. The file layout here is plain NumPy and JSON, resumable
 only by the same code version, as TFF's manager is.
 """
 
+import collections.abc
+from collections.abc import Iterator
 import json
 import os
 import re
 import shutil
 import tempfile
 from typing import Any, NamedTuple, Optional
+import zipfile
 
 import numpy as np
 import tensorflow as tf
@@ -67,6 +71,36 @@ def newest_loop_state(directory: str) -> Optional[dict[str, Any]]:
     return json.load(f)
 
 
+def _write_clients(path: str, store: client_state.ClientStateStore) -> None:
+  """Writes `np.savez`'s layout, one client's arrays at a time."""
+  with zipfile.ZipFile(path, 'w', zipfile.ZIP_STORED,
+                       allowZip64=True) as zf:
+    for cid, leaves in store.items():
+      for i, v in enumerate(leaves):
+        with zf.open(f'{cid}/{i}.npy', 'w', force_zip64=True) as f:
+          np.lib.format.write_array(f, np.asanyarray(v), allow_pickle=False)
+
+
+class _SavedClients(collections.abc.Mapping):
+  """The client states of an open `clients.npz`, read on access."""
+
+  def __init__(self, npz: Any):
+    self._npz = npz
+    self._counts: dict[str, int] = {}
+    for key in npz.files:
+      cid, _ = key.rsplit('/', 1)
+      self._counts[cid] = self._counts.get(cid, 0) + 1
+
+  def __getitem__(self, cid: str) -> list[np.ndarray]:
+    return [self._npz[f'{cid}/{i}'] for i in range(self._counts[cid])]
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self._counts)
+
+  def __len__(self) -> int:
+    return len(self._counts)
+
+
 class CheckpointManager:
   """Saves and restores run checkpoints under `directory`."""
 
@@ -93,12 +127,7 @@ class CheckpointManager:
       leaves = [np.asarray(v) for v in tf.nest.flatten(server_state)]
       np.savez(os.path.join(tmp, 'server.npz'),
                **{f'leaf_{i}': v for i, v in enumerate(leaves)})
-      snapshot = store.snapshot()
-      arrays = {}
-      for cid, client_leaves in snapshot.items():
-        for i, v in enumerate(client_leaves):
-          arrays[f'{cid}/{i}'] = v
-      np.savez(os.path.join(tmp, 'clients.npz'), **arrays)
+      _write_clients(os.path.join(tmp, 'clients.npz'), store)
       with open(os.path.join(tmp, 'loop.json'), 'w') as f:
         json.dump(dict(loop_state, round_num=round_num), f)
       final = os.path.join(self._dir, f'round_{round_num:06d}')
@@ -135,13 +164,8 @@ class CheckpointManager:
           f'({len(leaves)} server tensors vs {len(template_leaves)} '
           'expected); use a fresh checkpoint directory.')
     server_state = tf.nest.pack_sequence_as(server_state_template, leaves)
-    snapshot: dict[str, list[np.ndarray]] = {}
     with np.load(os.path.join(path, 'clients.npz')) as f:
-      for key in f.files:
-        cid, i = key.rsplit('/', 1)
-        snapshot.setdefault(cid, {})[int(i)] = f[key]
-    store.restore({c: [v[i] for i in range(len(v))]
-                   for c, v in snapshot.items()})
+      store.restore(_SavedClients(f))
     with open(os.path.join(path, 'loop.json')) as f:
       loop_state = json.load(f)
     return Restored(rounds[-1], server_state, loop_state)

@@ -11,7 +11,7 @@ memory, so memory does not grow with the number of registered clients.
 """
 
 import abc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import os
 import tempfile
 from typing import Any
@@ -73,12 +73,22 @@ class ClientStateStore(abc.ABC):
   def client_ids(self) -> Iterator[str]:
     """Ids of the clients with a stored (non-initial) state."""
 
-  def snapshot(self) -> dict[str, list[np.ndarray]]:
-    """Every stored state as flat arrays (for checkpoints)."""
-    return {c: _flatten(self._load(c)) for c in self.client_ids()}
+  def items(self) -> Iterator[tuple[str, list[np.ndarray]]]:
+    """`(client id, flat arrays)` of every stored state, loaded one at a
+    time (a checkpoint streams a `DiskStore` through this)."""
+    for c in self.client_ids():
+      yield c, _flatten(self._load(c))
 
-  def restore(self, snapshot: dict[str, list[np.ndarray]]) -> None:
+  def snapshot(self) -> dict[str, list[np.ndarray]]:
+    """Every stored state as flat arrays, all in memory at once."""
+    return dict(self.items())
+
+  def restore(self, snapshot: Mapping[str, Sequence[np.ndarray]]) -> None:
     """Replaces the stored states with those of a snapshot.
+
+    `snapshot` is read twice, one entry at a time (checked, then stored),
+    and no entry is kept: a lazy mapping over a checkpoint file restores
+    into a `DiskStore` holding one client's state at a time.
 
     Raises:
       ValueError: naming the first client whose flat state does not have the

@@ -1,6 +1,7 @@
 """Checkpoint/resume: a stopped and resumed run equals an unstopped one."""
 
 import collections
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -183,3 +184,43 @@ def test_checkpoint_without_architecture_resumes_with_a_warning(
   result, _ = _run(3, str(tmp_path / 'ck'), architecture='now_recorded')
   assert [r['round'] for r in result.rounds] == [1, 2, 3]
   assert 'records no model architecture' in caplog.text
+
+
+def test_client_states_stream_through_a_checkpoint_one_at_a_time(tmp_path):
+  # 16 clients of 1 MB each in a DiskStore: saving and restoring hold about
+  # one client's state, not all 16 MB (numpy reports to tracemalloc).
+  def initial(cid):
+    del cid
+    return [np.zeros((512, 512), np.float32), np.int32(0)]
+
+  store = client_state.DiskStore(initial, str(tmp_path / 'states'))
+  rng = np.random.default_rng(0)
+  states = {f'c{i:02d}': [rng.normal(size=(512, 512)).astype(np.float32),
+                          np.int32(i)] for i in range(16)}
+  for cid, state in states.items():
+    store.put(cid, state)
+  del state
+  manager = checkpoint.CheckpointManager(str(tmp_path / 'ckpt'))
+  server = [np.ones(3, np.float32)]
+  tracemalloc.start()
+  try:
+    manager.save(1, server, store, {'rows': []})
+    _, saved_peak = tracemalloc.get_traced_memory()
+    restored_into = client_state.DiskStore(initial, str(tmp_path / 'back'))
+    tracemalloc.reset_peak()
+    restored = manager.restore_latest(server, restored_into)
+    _, restored_peak = tracemalloc.get_traced_memory()
+  finally:
+    tracemalloc.stop()
+  assert saved_peak < 4 * 2**20 and restored_peak < 4 * 2**20, (
+      saved_peak, restored_peak)
+  assert restored.round_num == 1
+  assert sorted(restored_into.client_ids()) == sorted(states)
+  for cid, (weights, visits) in states.items():
+    got = restored_into.get(cid)
+    np.testing.assert_array_equal(got[0], weights)
+    assert int(got[1]) == visits
+  # The file is np.savez's layout: checkpoints written by np.savez restore.
+  with np.load(tmp_path / 'ckpt' / 'round_000001' / 'clients.npz') as f:
+    assert sorted(f.files) == sorted(f'{c}/{i}' for c in states
+                                     for i in (0, 1))
