@@ -27,6 +27,7 @@ from absl import app
 import numpy as np
 
 import keras_models
+import tff_pfl
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
 
@@ -91,16 +92,35 @@ def method_params(method: str,
   return name, dict(default_params or {}, **params)
 
 
+# Where this project's own input checks live (for `prepare`).
+_OWN_CODE = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                  for m in (tff_pfl, keras_models))
+
+
+def _raised_here(error: BaseException) -> bool:
+  """Whether `error` was raised by this project's code, not a library's."""
+  tb = error.__traceback__
+  if tb is None:
+    return False
+  while tb.tb_next is not None:
+    tb = tb.tb_next
+  return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_OWN_CODE)
+
+
 def prepare(config: experiment.ExperimentConfig) -> experiment.PreparedData:
   """`experiment.prepare`, with bad input as a `UsageError`.
 
   An unknown data set, model or option, a missing data file or a partition
   that cannot be made is the user's to fix: the program prints the message
-  and its flags' help, not a traceback.
+  and its flags' help, not a traceback. Only errors that this project's
+  checks raise are turned into a `UsageError`; one raised inside
+  TensorFlow, Keras or NumPy keeps its traceback (it may be a bug).
   """
   try:
     return experiment.prepare(config)
   except (ValueError, FileNotFoundError) as e:
+    if not _raised_here(e):
+      raise
     raise app.UsageError(str(e)) from e
 
 

@@ -15,6 +15,7 @@ import os
 import shutil
 from typing import Any, Callable, Optional
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -124,6 +125,46 @@ class PreparedData:
   pooled_test_fn: Any = None     # () -> every client's test split together
 
 
+def _load_partition(config: ExperimentConfig, y: np.ndarray,
+                    classification: bool) -> partition_lib.Partition:
+  """`config.partition_file`, checked against the data it is used with.
+
+  Same size is not same data: a file made for another data set, sample
+  order or pooling would silently give clients other samples. The file's
+  labels are compared with the data's labels, or for regression with the
+  targets' quantile bins (as many bins as the file records classes).
+  """
+  path = config.partition_file
+  part = partition_lib.Partition.load(path)
+  if part.num_samples != len(y):
+    raise ValueError(
+        f'partition file {path} covers {part.num_samples} samples but '
+        f'{config.dataset} has {len(y)} (pool_test={config.pool_test}: the '
+        'file may have been made with the test split pooled, or not).')
+  if part.num_clients != config.num_clients:
+    raise ValueError(
+        f'partition file {path} has {part.num_clients} clients, config '
+        f'asks for {config.num_clients}.')
+  if part.labels is None:
+    logging.warning('partition file %s records no labels: it cannot be '
+                    'checked against %s.', path, config.dataset)
+    return part
+  if classification:
+    labels, what = y, 'labels'
+  else:
+    labels = partition_lib.bin_targets(y, num_bins=part.num_classes)
+    what = (f'targets (compared by their {part.num_classes} quantile bins, '
+            'as the file records)')
+  if not np.array_equal(part.labels, labels):
+    differ = int(np.count_nonzero(np.asarray(part.labels) != labels))
+    raise ValueError(
+        f'partition file {path} was made for other {what} than '
+        f'{config.dataset} has: {differ} of {len(y)} samples differ. Make '
+        'a new partition for this data, or load the data the file was made '
+        'for.')
+  return part
+
+
 def prepare(config: ExperimentConfig) -> PreparedData:
   """Loads and partitions the data and builds the model spec."""
   config.validate()
@@ -133,44 +174,27 @@ def prepare(config: ExperimentConfig) -> PreparedData:
     x, y = ds.pooled()
   else:
     x, y = ds.x_train, ds.y_train
-  labels = (y if ds.task == 'classification'
-            else partition_lib.bin_targets(y))
+  classification = ds.task == 'classification'
   if config.partition_file:
-    part = partition_lib.Partition.load(config.partition_file)
-    if part.num_samples != len(x):
-      raise ValueError(
-          f'partition file {config.partition_file} covers '
-          f'{part.num_samples} samples but {config.dataset} has {len(x)}.')
-    if part.num_clients != config.num_clients:
-      raise ValueError(
-          f'partition file {config.partition_file} has {part.num_clients} '
-          f'clients, config asks for {config.num_clients}.')
-    # Same size is not same data: a file made for another data set, order
-    # or pooling would silently mix clients' samples.
-    if part.labels is not None and not np.array_equal(part.labels, labels):
-      differ = int(np.count_nonzero(np.asarray(part.labels) != labels))
-      what = ('labels' if ds.task == 'classification'
-              else 'targets (compared by their quantile bins)')
-      raise ValueError(
-          f'partition file {config.partition_file} was made for other '
-          f'{what} than {config.dataset} has: {differ} of {len(x)} samples '
-          'differ. Make a new partition for this data, or load the data '
-          'the file was made for.')
+    part = _load_partition(config, y, classification)
+    # The file decides the splits: a validation split it holds is used.
+    has_val = any(len(i) for i in part.indices('val'))
   else:
+    # Regression targets are partitioned by their quantile bins.
+    labels = y if classification else partition_lib.bin_targets(y)
     part = partition_lib.make_partition(
         labels, num_clients=config.num_clients, method=config.partition,
         seed=config.seed,
-        num_classes=ds.num_classes if ds.task == 'classification' else None,
+        num_classes=ds.num_classes if classification else None,
         train=config.train_fraction, val=config.val_fraction,
         test=config.test_fraction, max_train_samples=config.max_train_samples,
         **config.partition_params)
-  has_val = config.val_fraction > 0
+    has_val = config.val_fraction > 0
   splits = {'train': client_data_lib.build_client_data(x, y, part, 'train')}
   splits['test'] = client_data_lib.build_client_data(x, y, part, 'test')
   if has_val:
     splits['val'] = client_data_lib.build_client_data(x, y, part, 'val')
 
-  classification = ds.task == 'classification'
   num_outputs = ds.num_classes if classification else 1
   head = 'linear' if classification else 'regression'
   input_shape = tuple(x.shape[1:])

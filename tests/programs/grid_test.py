@@ -5,6 +5,7 @@ import json
 import re
 
 from absl import app
+import numpy as np
 import psutil
 import pytest
 
@@ -234,3 +235,24 @@ def test_a_cell_that_raises_still_ends_its_tff_worker(tmp_path):
     assert (tmp_path / 'fedavg' / 'summary.json').exists()
   finally:
     runtime.ensure_context()   # for the tests after this one
+
+
+def test_prepare_turns_input_errors_into_usage_errors_and_keeps_bugs(
+    monkeypatch):
+  config = experiment.ExperimentConfig(dataset='iris', num_clients=3,
+                                       clients_per_round=3)
+  assert grid.prepare(config).partition.num_clients == 3
+  with pytest.raises(app.UsageError, match="Unknown data set 'irs'"):
+    grid.prepare(dataclasses.replace(config, dataset='irs'))
+  with pytest.raises(app.UsageError, match="Unknown encoder 'mlpp'"):
+    grid.prepare(dataclasses.replace(config, model='mlpp'))
+  # A ValueError raised inside a library is not input to fix: it keeps
+  # its type and traceback.
+  def broken(config):
+    del config
+    return np.reshape(np.zeros(3), (2, 2))
+
+  monkeypatch.setattr(grid.experiment, 'prepare', broken)
+  with pytest.raises(ValueError, match='cannot reshape') as raised:
+    grid.prepare(config)
+  assert not isinstance(raised.value, app.UsageError)

@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tff_pfl import experiment
 from tff_pfl.data import dataset as dataset_lib
@@ -81,6 +82,16 @@ def test_a_partition_file_is_reused_and_checked_against_the_data(tmp_path):
   seed9 = experiment.prepare(dataclasses.replace(config, seed=9)).partition
   assert any(not np.array_equal(a, b) for a, b in zip(
       made.indices('train'), seed9.indices('train')))
+  # A validation split in the file is used (the file decides the splits).
+  with_val = dataclasses.replace(config, val_fraction=0.2,
+                                 train_fraction=0.55)
+  experiment.prepare(with_val).partition.save(tmp_path / 'val.json')
+  reloaded = experiment.prepare(dataclasses.replace(
+      config, partition_file=str(tmp_path / 'val.json')))
+  assert reloaded.has_val
+  val = reloaded.dataset_fn(reloaded.client_ids[0], 0, 'val')
+  assert sum(int(tf.shape(b['y'])[0]) for b in val) == len(
+      reloaded.partition.indices('val')[0]) > 0
   # Same size, other labels (another data set or sample order): refused.
   shuffled = np.random.default_rng(0).permutation(made.labels)
   partition_lib.make_partition(
@@ -118,8 +129,16 @@ def test_a_regression_partition_file_is_checked_against_the_targets(
   experiment.prepare(config).partition.save(path)
   with_file = dataclasses.replace(config, partition_file=str(path))
   experiment.prepare(with_file)          # the same targets: accepted
+  # Made with 10 bins, or with one label for all (IID): checked by as
+  # many bins as the file records.
+  for bins in (10, 1):
+    partition_lib.make_partition(
+        partition_lib.bin_targets(y, num_bins=bins), num_clients=3,
+        method='iid', seed=0).save(tmp_path / f'bins{bins}.json')
+    experiment.prepare(dataclasses.replace(
+        config, partition_file=str(tmp_path / f'bins{bins}.json')))
   targets = y[::-1].copy()               # same size, another sample order
   with pytest.raises(ValueError, match=(
-      r'was made for other targets \(compared by their quantile bins\) '
-      r'than synthetic has: \d+ of 60 samples differ')):
+      r'was made for other targets \(compared by their 5 quantile bins, as '
+      r'the file records\) than synthetic has: \d+ of 60 samples differ')):
     experiment.prepare(with_file)

@@ -14,7 +14,8 @@ Client states stream through `clients.npz` one client at a time, in both
 directions: with a `DiskStore`, saving and restoring hold one client's state
 in memory, not all of them. The file is the one `np.savez` writes (a zip of
 `<client id>/<leaf>.npy` entries), so checkpoints written before streaming
-still restore.
+still restore. Leaves are written without pickling: a client state must
+be numeric arrays (an object array fails at save time, not at restore).
 
 Why not `tff.program.FileProgramStateManager`: it saves SavedModels of a
 structure fixed in advance, while the set of clients with a stored state

@@ -88,13 +88,17 @@ class ClientStateStore(abc.ABC):
 
     `snapshot` is read twice, one entry at a time (checked, then stored),
     and no entry is kept: a lazy mapping over a checkpoint file restores
-    into a `DiskStore` holding one client's state at a time.
+    into a `DiskStore` holding one client's state at a time. An error while
+    storing (a full disk, an interrupt) can leave the store part restored;
+    the run then stops, and the next resume restores it again from the
+    checkpoint.
 
     Raises:
       ValueError: naming the first client whose flat state does not have the
         number of tensors of an initial state, or a tensor of another rank
         (a checkpoint that a different algorithm, model or code version
-        wrote); the stored states are then left as they were. Dimensions
+        wrote); found before anything is replaced, so the stored states
+        are then left as they were. Dimensions
         are not compared: some states grow (FedPSD's stored predictions
         start with 0 rows and hold one per training sample).
     """

@@ -220,7 +220,33 @@ def test_client_states_stream_through_a_checkpoint_one_at_a_time(tmp_path):
     got = restored_into.get(cid)
     np.testing.assert_array_equal(got[0], weights)
     assert int(got[1]) == visits
-  # The file is np.savez's layout: checkpoints written by np.savez restore.
+  # The file is np.savez's layout (np.load reads it; the test below
+  # restores one that np.savez wrote).
   with np.load(tmp_path / 'ckpt' / 'round_000001' / 'clients.npz') as f:
     assert sorted(f.files) == sorted(f'{c}/{i}' for c in states
                                      for i in (0, 1))
+
+
+def test_a_checkpoint_written_by_np_savez_restores_in_leaf_order(tmp_path):
+  # Checkpoints before streaming wrote clients.npz with np.savez; twelve
+  # leaves, so that a lexical order ('10' < '2') would show.
+  def initial(cid):
+    del cid
+    return [np.zeros(i + 1, np.float32) for i in range(12)]
+
+  states = {c: [np.full(i + 1, 10 * k + i, np.float32) for i in range(12)]
+            for k, c in enumerate(['a', 'b'])}
+  path = tmp_path / 'ckpt' / 'round_000003'
+  path.mkdir(parents=True)
+  np.savez(path / 'server.npz', leaf_0=np.ones(3, np.float32))
+  np.savez(path / 'clients.npz', **{f'{c}/{i}': v for c, leaves in
+                                     states.items()
+                                     for i, v in enumerate(leaves)})
+  (path / 'loop.json').write_text('{"rows": [], "round_num": 3}')
+  store = client_state.MemoryStore(initial)
+  restored = checkpoint.CheckpointManager(str(tmp_path / 'ckpt')).restore_latest(
+      [np.zeros(3, np.float32)], store)
+  assert restored.round_num == 3
+  for c, leaves in states.items():
+    for got, want in zip(store.get(c), leaves):
+      np.testing.assert_array_equal(got, want)
