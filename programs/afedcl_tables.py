@@ -418,6 +418,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if not FLAGS.output_dir:
     raise app.UsageError('--output_dir is required.')
+  grid.check_dataset(FLAGS.dataset)
   for m in (FLAGS.methods + FLAGS.ablation + FLAGS.tsne_methods
             + FLAGS.sweep_methods):
     parse_method(m)

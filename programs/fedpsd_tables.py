@@ -584,7 +584,7 @@ def main(argv):
     raise app.UsageError('--output_dir is required.')
   settings = list(FLAGS.settings)
   for s in settings + FLAGS.ablation_settings + [FLAGS.architecture_setting]:
-    parse_setting(s)
+    grid.check_dataset(parse_setting(s)[0])
   for m in (FLAGS.methods + FLAGS.ablation + FLAGS.architecture_methods
             + FLAGS.sweep_methods):
     grid.parse_method(m)

@@ -30,6 +30,7 @@ import keras_models
 import tff_pfl
 from tff_pfl import experiment
 from tff_pfl.algorithms import registry as algorithms
+from tff_pfl.data import registry as data_registry
 
 _SAFE = re.compile(r'[^A-Za-z0-9_.=-]+')
 
@@ -90,6 +91,14 @@ def method_params(method: str,
   with: `default_params` overridden by those in the spec."""
   name, params = parse_method(method)
   return name, dict(default_params or {}, **params)
+
+
+def check_dataset(name: str) -> None:
+  """A UsageError for an unknown data set name, before anything runs."""
+  try:
+    data_registry.check_name(name)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
 
 
 # Where this project's own input checks live (for `prepare`).

@@ -107,3 +107,8 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   assert bad.returncode != 0
   assert "encoder 'resnet10' got unknown option(s) depth" in bad.stdout, (
       bad.stdout[-2000:])
+  unknown = _run(['--dataset=neu', '--write_only',
+                  f'--output_dir={tmp_path / "never"}'], timeout=300)
+  assert unknown.returncode != 0
+  assert "Unknown data set 'neu'; known: [" in unknown.stdout
+  assert not (tmp_path / 'never').exists()

@@ -138,11 +138,16 @@ def test_sweep_values_are_checked_and_no_setting_still_writes(tmp_path):
   for flag, message in (('--epoch_sweep=1,2.5', "got '2.5'"),
                         ('--participation_sweep=0', "got '0'"),
                         ('--architectures=vgg11:width=0.5;depth=8',
-                         "encoder 'vgg11' got unknown option(s) depth")):
+                         "encoder 'vgg11' got unknown option(s) depth"),
+                        ('--ablation_settings=digts:shards=2',
+                         "Unknown data set 'digts'; known: [")):
     proc = _run(['--settings=digits:shards=2', flag, '--write_only',
                  f'--output_dir={tmp_path}'])
     assert proc.returncode != 0
     assert message in proc.stdout, proc.stdout[-2000:]
+    assert 'Traceback' not in proc.stdout
+  # Refused before anything is written.
+  assert not tmp_path.exists() or not any(tmp_path.iterdir())
   # Tables with no setting at all (no sweep given): written, saying so.
   proc = _run(['--settings=', '--ablation_settings=', '--write_only',
                f'--output_dir={tmp_path}'])

@@ -274,6 +274,19 @@ def _check_options(spec_name: str, loader: Callable[..., Any], options):
     )
 
 
+def check_name(name: str) -> None:
+  """Raises ValueError unless `name` is a key of `DATASETS` or
+  'tfds:<tfds name>' (checked without loading anything)."""
+  if name.startswith(TFDS_PREFIX):
+    if not name[len(TFDS_PREFIX) :]:
+      raise ValueError(f"Expected 'tfds:<name>', got {name!r}.")
+  elif name not in DATASETS:
+    raise ValueError(
+        f'Unknown data set {name!r}; known: {sorted(DATASETS)} or '
+        "'tfds:<name>'."
+    )
+
+
 def load_dataset(
     name: str, data_dir: Optional[PathLike] = None, **options: Any
 ) -> sources.ArrayDataset:
@@ -294,16 +307,10 @@ def load_dataset(
     FileNotFoundError: If the data file is missing; the message gives the
       full expected path and where the data comes from.
   """
+  check_name(name)
   if name.startswith(TFDS_PREFIX):
-    tfds_name = name[len(TFDS_PREFIX) :]
-    if not tfds_name:
-      raise ValueError(f"Expected 'tfds:<name>', got {name!r}.")
-    return sources.load_tfds(tfds_name, data_dir=data_dir, **options)
-  if name not in DATASETS:
-    raise ValueError(
-        f'Unknown data set {name!r}; known: {sorted(DATASETS)} or '
-        "'tfds:<name>'."
-    )
+    return sources.load_tfds(name[len(TFDS_PREFIX) :], data_dir=data_dir,
+                             **options)
   spec = DATASETS[name]
   _check_options(name, spec.loader, options)
   if not spec.needs_file:

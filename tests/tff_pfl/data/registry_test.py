@@ -1,6 +1,7 @@
 """Tests for tff_pfl.data.registry."""
 
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -34,6 +35,12 @@ def test_list_datasets():
 def test_unknown_name_lists_known():
   with pytest.raises(ValueError, match=r"'imagenet'.*'mnist'.*tfds:"):
     registry.load_dataset('imagenet')
+  # Checked without loading: programs check names before anything runs.
+  registry.check_name('mnist')
+  registry.check_name('tfds:cifar100')
+  for bad in ('imagenet', 'tfds:'):
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+      registry.check_name(bad)
 
 
 def test_missing_file_names_full_path(tmp_path):
