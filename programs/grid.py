@@ -251,6 +251,22 @@ def needs_run(out: str, rounds: int,
   return True
 
 
+def eval_logger(label: str, rounds: int) -> Callable[[int, dict], None]:
+  """A `progress` callback printing one line per evaluation round: train
+  loss, personalized test accuracy (MAE for regression), round seconds."""
+
+  def progress(r: int, row: dict[str, Any]) -> None:
+    for key, name in (('test/personal/accuracy_mean', 'personalized acc'),
+                      ('test/personal/mae_mean', 'personalized MAE')):
+      if key in row:
+        print(f'{label} round {r}/{rounds}: train_loss '
+              f'{row["train_loss"]:.3f} {name} {row[key]:.4f} '
+              f'({row["round_seconds"]:.1f}s)', flush=True)
+        return
+
+  return progress
+
+
 def run_cell(config: experiment.ExperimentConfig,
              data: experiment.PreparedData, method: str, out: str, *,
              checkpoint_every: int,
@@ -278,7 +294,8 @@ def run_cell(config: experiment.ExperimentConfig,
   t0 = time.time()
   result = experiment.run_into(
       out, cfg, data, name, label=method, after=after, store_dir=store_dir,
-      checkpoint_every=checkpoint_every)
+      checkpoint_every=checkpoint_every,
+      progress=eval_logger(out, cfg.rounds))
   acc = result.final.get('personal/accuracy_mean', float('nan'))
   print(f'{out}: personalized acc {acc:.4f} ({time.time() - t0:.0f}s)',
         flush=True)

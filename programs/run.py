@@ -311,16 +311,16 @@ def main(argv):
     bar = tqdm(total=config.rounds, desc=name, disable=not FLAGS.progress,
                file=sys.stderr, dynamic_ncols=True)
 
-    def progress(r, row, bar=bar, name=name):
+    log = grid.eval_logger(name, config.rounds)
+
+    def progress(r, row, bar=bar, log=log):
       post = {'loss': f"{row['train_loss']:.3f}"}
       if 'test/personal/accuracy_mean' in row:
         post['acc'] = f"{row['test/personal/accuracy_mean']:.3f}"
       bar.set_postfix(post)
       bar.update(1)
-      if not FLAGS.progress and len(post) > 1:   # a log line per evaluation
-        print(f'{name} round {r}/{config.rounds}: train_loss {post["loss"]} '
-              f'personalized acc {post["acc"]} '
-              f'({row["round_seconds"]:.1f}s)', flush=True)
+      if not FLAGS.progress:       # a log line per evaluation instead
+        log(r, row)
 
     out = output_dir(name)
     # Ends this algorithm's TFF worker: the next one starts a fresh worker.

@@ -1,6 +1,7 @@
 """End-to-end test of the AFedCL grid program on the embedded digits."""
 
 import json
+import re
 
 from programs import grid
 from tests.programs import conftest
@@ -23,7 +24,11 @@ def test_grid_writes_table_and_figures_and_resumes(tmp_path):
   assert proc.returncode == 0, proc.stdout[-3000:]
   # 2 seeds x (2 methods + AFedCL and Ditto at lambda 0.5), plus fedavg
   # with 2 clients x 10 shots x 2 seeds.
-  assert proc.stdout.count('personalized acc') == 10
+  assert len(re.findall(r'^\S+: personalized acc', proc.stdout,
+                        re.MULTILINE)) == 10
+  # With one round, each cell's one evaluation is logged once.
+  assert len(re.findall(r'^\S+ round 1/1: train_loss ', proc.stdout,
+                        re.MULTILINE)) == 10
   table = (tmp_path / 'table2.md').read_text()
   assert '| afedcl |' in table and '| fedavg |' in table
   assert 'n=2' in table and 'Missing' not in table

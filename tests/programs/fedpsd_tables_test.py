@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -31,7 +32,12 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert proc.returncode == 0, proc.stdout[-3000:]
   # fedavg, fedpsd, the ablation variant, and fedavg with ResNet-10, with 1
   # local epoch and with every client sampled.
-  assert proc.stdout.count('personalized acc') == 6
+  assert len(re.findall(r'^\S+: personalized acc', proc.stdout,
+                        re.MULTILINE)) == 6
+  # A log line per evaluation round of each cell (--eval_every=1).
+  assert len(re.findall(r'^\S+ round [12]/2: train_loss \d+\.\d+ '
+                        r'personalized acc [01]\.\d{4} \(', proc.stdout,
+                        re.MULTILINE)) == 12
   table1 = (tmp_path / 'table1.md').read_text()
   assert '| fedpsd |' in table1 and 'Missing' not in table1
   assert 'No setting' in (tmp_path / 'table2.md').read_text()

@@ -256,3 +256,15 @@ def test_prepare_turns_input_errors_into_usage_errors_and_keeps_bugs(
   with pytest.raises(ValueError, match='cannot reshape') as raised:
     grid.prepare(config)
   assert not isinstance(raised.value, app.UsageError)
+
+
+def test_eval_logger_prints_one_line_per_evaluation(capsys):
+  log = grid.eval_logger('cell', 200)
+  log(3, {'train_loss': 0.5, 'round_seconds': 4.0})       # no evaluation
+  log(10, {'train_loss': 0.51234, 'round_seconds': 4.25,
+           'test/personal/accuracy_mean': 0.612345})
+  log(20, {'train_loss': 1.0, 'round_seconds': 1.0,
+           'test/personal/mae_mean': 2.5})
+  assert capsys.readouterr().out.splitlines() == [
+      'cell round 10/200: train_loss 0.512 personalized acc 0.6123 (4.2s)',
+      'cell round 20/200: train_loss 1.000 personalized MAE 2.5000 (1.0s)']
