@@ -177,8 +177,6 @@ def prepare(config: ExperimentConfig) -> PreparedData:
   classification = ds.task == 'classification'
   if config.partition_file:
     part = _load_partition(config, y, classification)
-    # The file decides the splits: a validation split it holds is used.
-    has_val = any(len(i) for i in part.indices('val'))
   else:
     # Regression targets are partitioned by their quantile bins.
     labels = y if classification else partition_lib.bin_targets(y)
@@ -189,7 +187,8 @@ def prepare(config: ExperimentConfig) -> PreparedData:
         train=config.train_fraction, val=config.val_fraction,
         test=config.test_fraction, max_train_samples=config.max_train_samples,
         **config.partition_params)
-    has_val = config.val_fraction > 0
+  # The partition decides the splits (a file's validation split is used).
+  has_val = any(len(i) for i in part.indices('val'))
   splits = {'train': client_data_lib.build_client_data(x, y, part, 'train')}
   splits['test'] = client_data_lib.build_client_data(x, y, part, 'test')
   if has_val:

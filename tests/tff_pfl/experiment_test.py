@@ -85,7 +85,9 @@ def test_a_partition_file_is_reused_and_checked_against_the_data(tmp_path):
   # A validation split in the file is used (the file decides the splits).
   with_val = dataclasses.replace(config, val_fraction=0.2,
                                  train_fraction=0.55)
-  experiment.prepare(with_val).partition.save(tmp_path / 'val.json')
+  made_val = experiment.prepare(with_val)
+  assert made_val.has_val and not experiment.prepare(config).has_val
+  made_val.partition.save(tmp_path / 'val.json')
   reloaded = experiment.prepare(dataclasses.replace(
       config, partition_file=str(tmp_path / 'val.json')))
   assert reloaded.has_val
