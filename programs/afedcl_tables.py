@@ -500,19 +500,13 @@ def write_fig9(partition, shots, seeds, counts) -> None:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  def cell(values) -> str:
-    # A mean over fewer seeds than asked says how many it has.
-    text = grid.mean_std([a / 100 for a in values])
-    if 1 < len(values) < len(seeds):
-      text += f' ({len(values)} of {len(seeds)} seeds)'
-    return text
-
   def write_md(name, columns, accs) -> None:
     md = ['| method | ' + ' | '.join(columns) + ' |',
           '|' + '---|' * (len(columns) + 1)]
     for method in FLAGS.sweep_methods:
       md.append(f'| {method} | ' + ' | '.join(
-          cell(accs[method, c]) for c in columns) + ' |')
+          grid.mean_std([a / 100 for a in accs[method, c]], len(seeds))
+          for c in columns) + ' |')
     with open(os.path.join(FLAGS.output_dir, name), 'w') as f:
       f.write('\n'.join(md) + f'\n\nSeeds asked for: {seeds}; a cell '
               'shows the finished ones ("1 seed", "2 of 3 seeds" where '

@@ -302,15 +302,19 @@ def run_cell(config: experiment.ExperimentConfig,
   return result
 
 
-def mean_std(values: list[float]) -> str:
+def mean_std(values: list[float], asked: Optional[int] = None) -> str:
   """'m ± s' (population std) in percent points of fractions.
 
   '-' when empty; one value is written 'm (1 seed)', since '± 0.00' would
-  read as a measured spread.
+  read as a measured spread. Given `asked`, the number of seeds asked for,
+  a mean over fewer (but more than one) says so: 'm ± s (2 of 3 seeds)'.
   """
   if not values:
     return '-'
   v = 100 * np.asarray(values, np.float64)
   if len(v) == 1:
     return f'{v[0]:.2f} (1 seed)'
-  return f'{v.mean():.2f} ± {v.std():.2f}'
+  text = f'{v.mean():.2f} ± {v.std():.2f}'
+  if asked is not None and len(v) < asked:
+    text += f' ({len(v)} of {asked} seeds)'
+  return text
