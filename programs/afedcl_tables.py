@@ -6,7 +6,8 @@ k training samples per client) and writes, under --output_dir:
 
   table2.md / table2.csv   mean +/- std over seeds of the final mean
                            personalized accuracy and macro-F1, per method and
-                           (partition, shots); missing cells are listed
+                           (partition, shots); a mean over fewer seeds
+                           than asked says so, missing cells are listed
   fig4_discrimination.png  L_D and the discriminator's accuracy per round,
                            AFedCL with and without DCC
   fig5_ld_vs_fusion.png    final L_D^k vs A_k over clients, regression line
@@ -221,9 +222,11 @@ def write_table(methods, partitions, shots, seeds) -> list[str]:
           # One seed has no spread to show; '± 0.00' would read as measured.
           cells.append(f'{acc[0]:.2f} (F1 {f1[0]:.2f}; 1 seed)')
         else:
+          seeds_text = (f'n={len(acc)}' if len(acc) == len(seeds)
+                        else f'{len(acc)} of {len(seeds)} seeds')
           cells.append(f'{np.mean(acc):.2f} ± {np.std(acc):.2f} '
                        f'(F1 {np.mean(f1):.2f} ± {np.std(f1):.2f}; '
-                       f'n={len(acc)})')
+                       f'{seeds_text})')
         csv_rows.append([method, p, k, np.mean(acc), np.std(acc),
                          np.mean(f1), np.std(f1), len(acc)])
     md.append('| ' + ' | '.join(cells) + ' |')

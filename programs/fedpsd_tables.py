@@ -49,8 +49,9 @@ refused, an unfinished one stops at its checkpoint's configuration check;
 give such a grid another --output_dir.
 Values are mean +/- std over the seeds that finished, each read at its last
 round or, with --final_evals=N, as the mean of its last N evaluations;
-missing cells are listed under each table. Rounds-to-target are resolved to
---eval_every rounds.
+a mean over fewer seeds than asked says so in its cell ("2 of 3 seeds"),
+and the missing cells are listed under each table. Rounds-to-target are
+resolved to --eval_every rounds.
 
 Per-client train/test split: each client's data (from the pooled train and
 test images) is split 75/25, so "client test data" follows the client's own
@@ -355,12 +356,13 @@ def write_table(name, title, rows, columns, cell_fn) -> None:
 
 
 def accuracy_cell(seeds, key, where=None):
-  """Cell function: mean ± std of `key` over seeds. `where(column)` gives
-  the (setting, variant) of a column; by default the column is a setting."""
+  """Cell function: mean ± std of `key` over seeds, marked when fewer
+  seeds finished than were asked for. `where(column)` gives the (setting,
+  variant) of a column; by default the column is a setting."""
   def cell(method, column):
     setting, variant = where(column) if where else (column, '')
     values, missing = final_values(setting, seeds, method, key, variant)
-    return grid.mean_std(values), values, missing
+    return grid.mean_std(values, len(seeds)), values, missing
   return cell
 
 

@@ -102,6 +102,11 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   fig9a = (tmp_path / 'fig9a_backbones.md').read_text().splitlines()
   assert fig9a[:3] == ['| method | mlp | resnet10:width=0.5 |', '|---|---|---|',
                        '| fedavg | 60.00 ± 10.00 (2 of 3 seeds) | 40.00 (1 seed) |']
+  # Table II marks its two-seed mean the same way.
+  table2 = (tmp_path / 'table2.md').read_text().splitlines()
+  assert table2[2] == ('| fedavg | 60.00 ± 10.00 (F1 60.00 ± 10.00; '
+                       '2 of 3 seeds) |')
+  assert 'fedavg disjoint:3 k=10 seed=2' in table2[-1]
   fig9b = (tmp_path / 'fig9b_clients.md').read_text().splitlines()
   assert fig9b[:3] == ['| method | 2 |', '|---|---|',
                        '| fedavg | 25.00 ± 5.00 (2 of 3 seeds) |']

@@ -237,3 +237,26 @@ def test_fig3_curves_average_seeds_over_the_rounds_they_share(tmp_path):
     assert list(curves.mean(axis=1)) == pytest.approx([0.2, 0.3])
     assert fedpsd_tables.seed_curves('digits:shards=2', [2], 'fedavg',
                                      key) is None
+
+
+def test_a_mean_over_fewer_seeds_than_asked_says_so(tmp_path):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  from programs import fedpsd_tables  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  key = 'local_pooled/accuracy_mean'
+  with flagsaver.flagsaver(output_dir=str(tmp_path), final_evals=1):
+    for seed, value in ((0, 0.5), (1, 0.7)):
+      cell = fedpsd_tables.cell_dir('digits:shards=2', seed, 'fedavg')
+      os.makedirs(cell)
+      with open(os.path.join(cell, 'summary.json'), 'w') as f:
+        json.dump({'final_round': {'round': 2, key: value}}, f)
+    text, values, missing = fedpsd_tables.accuracy_cell([0, 1, 2], key)(
+        'fedavg', 'digits:shards=2')
+    assert text == '60.00 ± 10.00 (2 of 3 seeds)'
+    assert values == [0.5, 0.7]
+    assert missing == ['fedavg digits:shards=2 seed=2']
+    text, _, missing = fedpsd_tables.accuracy_cell([0, 1], key)(
+        'fedavg', 'digits:shards=2')
+    assert text == '60.00 ± 10.00' and not missing
