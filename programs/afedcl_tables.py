@@ -223,7 +223,7 @@ def write_table(methods, partitions, shots, seeds) -> list[str]:
           cells.append(f'{acc[0]:.2f} (F1 {f1[0]:.2f}; 1 seed)')
         else:
           seeds_text = (f'n={len(acc)}' if len(acc) == len(seeds)
-                        else f'{len(acc)} of {len(seeds)} seeds')
+                        else grid.seeds_of(len(acc), len(seeds)))
           cells.append(f'{np.mean(acc):.2f} ± {np.std(acc):.2f} '
                        f'(F1 {np.mean(f1):.2f} ± {np.std(f1):.2f}; '
                        f'{seeds_text})')

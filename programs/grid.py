@@ -316,5 +316,10 @@ def mean_std(values: list[float], asked: Optional[int] = None) -> str:
     return f'{v[0]:.2f} (1 seed)'
   text = f'{v.mean():.2f} ± {v.std():.2f}'
   if asked is not None and len(v) < asked:
-    text += f' ({len(v)} of {asked} seeds)'
+    text += f' ({seeds_of(len(v), asked)})'
   return text
+
+
+def seeds_of(finished: int, asked: int) -> str:
+  """'2 of 3 seeds': how a cell names a mean over fewer seeds than asked."""
+  return f'{finished} of {asked} seeds'
