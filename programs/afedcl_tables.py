@@ -495,41 +495,6 @@ def write_fig7(partition, shots, seed) -> None:
   plt.close(fig)
 
 
-def _mark_partial(ax, x: float, top: float, finished: int,
-                  asked: int) -> None:
-  """Writes 'finished/asked' above a value that lacks some seeds."""
-  if finished < asked:
-    ax.annotate(f'{finished}/{asked}', (x, top), xytext=(0, 2),
-                textcoords='offset points', ha='center', va='bottom',
-                fontsize=6)
-
-
-def draw_seed_bars(ax, accs: dict[tuple[str, str], list[float]],
-                   methods: list[str], columns: list[str],
-                   n_seeds: int) -> None:
-  """Grouped bars of the mean ± std over the finished seeds per (method,
-  column) of `accs`; a cell with no finished seed draws no bar.
-
-  A bar over fewer seeds than the `n_seeds` asked for is hatched and
-  labelled 'finished/asked', so that a partial mean does not read like a
-  full one (the Markdown beside the figure says the same in words).
-  """
-  width = 0.8 / len(methods)
-  for i, method in enumerate(methods):
-    found = [(j + i * width, accs[method, c])
-             for j, c in enumerate(columns) if accs[method, c]]
-    bars = ax.bar([x for x, _ in found], [np.mean(v) for _, v in found],
-                  width, yerr=[np.std(v) for _, v in found], capsize=2,
-                  label=method)
-    for bar, (x, v) in zip(bars, found):
-      if len(v) < n_seeds:
-        bar.set_hatch('///')
-        bar.set_edgecolor('white')
-      _mark_partial(ax, x, np.mean(v) + np.std(v), len(v), n_seeds)
-  ax.set_xticks([j + 0.4 - width / 2 for j in range(len(columns))])
-  ax.set_xticklabels(columns)
-
-
 def write_fig9(partition, shots, seeds, counts) -> None:
   """(a) accuracy per backbone, (b) per number of clients: PNG (mean ± std
   over the finished seeds as error bars; a value over fewer seeds than
@@ -558,7 +523,8 @@ def write_fig9(partition, shots, seeds, counts) -> None:
             for m in FLAGS.sweep_methods for b in backbones}
     write_md('fig9a_backbones.md', backbones, accs)
     fig, ax = plt.subplots(figsize=(7.5, 3.5))
-    draw_seed_bars(ax, accs, FLAGS.sweep_methods, backbones, len(seeds))
+    grid.draw_seed_bars(ax, accs, FLAGS.sweep_methods, backbones,
+                        len(seeds))
     ax.set_ylabel('mean personalized accuracy (%)')
     # Beside the axes: inside, it covers bars as methods are added.
     ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1))
@@ -579,7 +545,8 @@ def write_fig9(partition, shots, seeds, counts) -> None:
                     yerr=[np.std(v) for _, v in found], fmt='o-', capsize=3,
                     label=method)
         for c, v in found:
-          _mark_partial(ax, c, np.mean(v) + np.std(v), len(v), len(seeds))
+          grid.mark_partial(ax, c, np.mean(v) + np.std(v), len(v),
+                            len(seeds))
     ax.set_xlabel(f'clients (sharing {FLAGS.total_samples} training samples)')
     ax.set_ylabel('mean personalized accuracy (%)')
     ax.legend(fontsize=7)

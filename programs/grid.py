@@ -323,3 +323,38 @@ def mean_std(values: list[float], asked: Optional[int] = None) -> str:
 def seeds_of(finished: int, asked: int) -> str:
   """'2 of 3 seeds': how a cell names a mean over fewer seeds than asked."""
   return f'{finished} of {asked} seeds'
+
+
+def mark_partial(ax, x: float, top: float, finished: int,
+                 asked: int) -> None:
+  """Writes 'finished/asked' above a value that lacks some seeds."""
+  if finished < asked:
+    ax.annotate(f'{finished}/{asked}', (x, top), xytext=(0, 2),
+                textcoords='offset points', ha='center', va='bottom',
+                fontsize=6)
+
+
+def draw_seed_bars(ax, accs: dict[tuple[str, str], list[float]],
+                   methods: list[str], columns: list[str],
+                   n_seeds: int) -> None:
+  """Grouped bars of the mean ± std over the finished seeds per (method,
+  column) of `accs`; a cell with no finished seed draws no bar.
+
+  A bar over fewer seeds than the `n_seeds` asked for is hatched and
+  labelled 'finished/asked', so that a partial mean does not read like a
+  full one (the Markdown beside the figure says the same in words).
+  """
+  width = 0.8 / len(methods)
+  for i, method in enumerate(methods):
+    found = [(j + i * width, accs[method, c])
+             for j, c in enumerate(columns) if accs[method, c]]
+    bars = ax.bar([x for x, _ in found], [np.mean(v) for _, v in found],
+                  width, yerr=[np.std(v) for _, v in found], capsize=2,
+                  label=method)
+    for bar, (x, v) in zip(bars, found):
+      if len(v) < n_seeds:
+        bar.set_hatch('///')
+        bar.set_edgecolor('white')
+      mark_partial(ax, x, np.mean(v) + np.std(v), len(v), n_seeds)
+  ax.set_xticks([j + 0.4 - width / 2 for j in range(len(columns))])
+  ax.set_xticklabels(columns)

@@ -124,28 +124,3 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   assert "Unknown data set 'neu'; known: [" in unknown.stdout
   assert not (tmp_path / 'never').exists()
 
-
-def test_fig9_bars_mark_a_mean_over_fewer_seeds_than_asked():
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  from programs import afedcl_tables  # pylint: disable=g-import-not-at-top
-  accs = {('fedavg', 'cnn'): [50.0, 70.0, 60.0],
-          ('fedavg', 'resnet'): [40.0, 44.0],
-          ('afedcl', 'cnn'): [80.0],
-          ('afedcl', 'resnet'): []}
-  fig, ax = plt.subplots()
-  afedcl_tables.draw_seed_bars(ax, accs, ['fedavg', 'afedcl'],
-                               ['cnn', 'resnet'], n_seeds=3)
-  bars = [p for p in ax.patches]
-  # Three bars: the cell with no finished seed draws none.
-  assert [round(b.get_height(), 2) for b in bars] == [60.0, 42.0, 80.0]
-  assert [b.get_hatch() for b in bars] == [None, '///', '///']
-  assert sorted(t.get_text() for t in ax.texts) == ['1/3', '2/3']
-  # The full seed count marks nothing.
-  fig2, ax2 = plt.subplots()
-  afedcl_tables.draw_seed_bars(ax2, accs, ['fedavg', 'afedcl'],
-                               ['cnn', 'resnet'], n_seeds=1)
-  assert not ax2.texts and all(p.get_hatch() is None for p in ax2.patches)
-  plt.close(fig)
-  plt.close(fig2)
