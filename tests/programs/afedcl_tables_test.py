@@ -123,4 +123,3 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   assert unknown.returncode != 0
   assert "Unknown data set 'neu'; known: [" in unknown.stdout
   assert not (tmp_path / 'never').exists()
-

@@ -281,7 +281,7 @@ def test_fig9_bars_mark_a_mean_over_fewer_seeds_than_asked():
   fig, ax = plt.subplots()
   grid.draw_seed_bars(ax, accs, ['fedavg', 'afedcl'],
                       ['cnn', 'resnet'], n_seeds=3)
-  bars = [p for p in ax.patches]
+  bars = list(ax.patches)
   # Three bars: the cell with no finished seed draws none.
   assert [round(b.get_height(), 2) for b in bars] == [60.0, 42.0, 80.0]
   assert [b.get_hatch() for b in bars] == [None, '///', '///']
