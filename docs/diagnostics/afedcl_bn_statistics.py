@@ -19,6 +19,8 @@ import tensorflow as tf
 from tff_pfl import experiment
 from tff_pfl.core import checkpoint as checkpoint_lib
 from tff_pfl.core import client_state, loop
+from tff_pfl.core import metrics as metrics_lib
+from tff_pfl.templates import evaluation
 from tff_pfl.templates import fusion
 from tff_pfl.core import model_spec as model_spec_lib
 from tff_pfl.core import process as process_lib
@@ -37,7 +39,6 @@ summary, _ = loop.evaluate_all(process, restored.server_state, store, data.clien
 print('round', rnd, 'as evaluated: acc %.4f loss %.2f' % (summary['personal/accuracy_mean'], summary['personal/loss_mean']))
 gw = process.get_model_weights(restored.server_state)
 _, n_enc, n_enc_nt = data.spec.encoder_sizes('AFedCL')
-ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 def run(cid, variant):
   st = store.get(cid)
@@ -52,18 +53,18 @@ def run(cid, variant):
       for b in data.dataset_fn(cid, rnd, 'train'):
         eg(b['x'], training=True)
   el, head = lm.get_layer('encoder'), lm.get_layer('head')
-  losses, correct, n = 0.0, 0, 0
-  for b in data.dataset_fn(cid, rnd, 'test'):
-    fg = eg(b['x'], training=(variant == 'batch'))
+
+  def predict(x, training=False):
+    del training   # evaluation; only E_G's mode varies ('batch')
     if variant == 'local_only':
-      logits = head(el(b['x'], training=False), training=False)
-    else:
-      logits = head(fusion.fuse(fg, el(b['x'], training=False), st.fusion_logit), training=False)
-    y = b['y']
-    losses += float(ce(y, logits)) * len(y)
-    correct += int(np.sum(np.argmax(logits, -1) == np.asarray(y).reshape(-1)))
-    n += len(y)
-  return losses / n, correct / n
+      return head(el(x, training=False), training=False)
+    fg = eg(x, training=(variant == 'batch'))
+    return head(fusion.fuse(fg, el(x, training=False), st.fusion_logit),
+                training=False)
+
+  m = metrics_lib.client_metrics(evaluation.evaluate_model(
+      data.spec, predict, data.dataset_fn(cid, rnd, 'test')))
+  return m['loss'], m['accuracy']
 
 for variant in ('kept', 'server', 'reestimated', 'batch', 'local_only'):
   res = [run(c, variant) for c in data.client_ids]
