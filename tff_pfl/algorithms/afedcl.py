@@ -71,6 +71,20 @@ stage 1, with E_k's statistics) is unchanged. This is FedPer/FedRep's
 `local_statistics` (`templates.personal_head`) for AFedCL's shared part;
 the paper does not say how its global encoder's normalisation is run.
 
+Which E_G the evaluated model holds (`keep_global_encoder`). With
+`local_statistics` the statistics a client keeps were estimated for E_G^t,
+the encoder of its last round, but by default its fused model is evaluated
+with E_G^{t+1}: a pairing of weights and statistics that never ran together.
+On ResNet-50 this made the fused model's test loss swing by two orders of
+magnitude between evaluations (docs/results.md, "AFedCL with local
+statistics: which E_G the fused model holds"). With
+`keep_global_encoder=True` the client keeps E_G^t's weights and the
+statistics E_G ran with in that round (its own with `local_statistics`, else
+the broadcast ones), and its fused model uses them until its next round: the
+model the client actually holds. It changes no training, only which E_G the
+fused model (and Fig. 7's features) read, and costs one copy of the encoder
+per client state.
+
 Defaults: lambda = 0.1 (the paper picks lambda from {0.01, 0.1, 1} per data
 set), A_k starts at 0.5 (a_k = 0), discriminator hidden width 256 (the paper
 says "two dense layers" without widths), L_D clip bound 10 (our choice:
@@ -106,22 +120,21 @@ ModelWeights = tff.learning.models.ModelWeights
 
 
 class AFedCLClientState(NamedTuple):
+  """Client k's state; the last two fields are empty lists unless
+  `local_statistics` or `keep_global_encoder` asks for them."""
   model_weights: Any            # W_k = (E_k, C_k), full ModelWeights
   discriminator: Any            # D_k trainable tensors
   fusion_logit: Any             # a_k, A_k = sigmoid(a_k)
   discrimination_loss: Any      # L_D^k of the last round (for Fig. 5)
   num_participations: Any
-
-
-class AFedCLStatisticsClientState(NamedTuple):
-  """`AFedCLClientState` plus E_G's statistics on this client's data
-  (`local_statistics=True`)."""
-  model_weights: Any
-  discriminator: Any
-  fusion_logit: Any
-  discrimination_loss: Any
-  num_participations: Any
-  global_statistics: Any        # E_G's non-trainable tensors, client's own
+  # E_G's non-trainable tensors (BatchNorm statistics) as E_G ran with
+  # them in the client's last round: the client's own with
+  # `local_statistics`, else the broadcast ones (kept only with
+  # `keep_global_encoder`).
+  global_statistics: Any
+  # E_G^t's trainable tensors, the global encoder of the client's last
+  # round (`keep_global_encoder`).
+  global_encoder: Any
 
 
 def build_afedcl(
@@ -141,6 +154,7 @@ def build_afedcl(
     max_discrimination_loss: float = 10.0,
     count_mix: float = 0.0,
     local_statistics: bool = False,
+    keep_global_encoder: bool = False,
     seed: int = 0,
 ) -> process_lib.PersonalizedProcess:
   """Builds AFedCL; see the module docstring for the method and switches.
@@ -164,6 +178,9 @@ def build_afedcl(
       (`templates.weighted_aggregation`).
     local_statistics: run E_G with the client's own BatchNorm statistics
       instead of the server's averaged ones (module docstring).
+    keep_global_encoder: evaluate the fused model with the global encoder
+      of the client's last round, E_G^t with the statistics it ran with,
+      instead of the newest E_G^{t+1} (module docstring).
     seed: seeds the discriminators' initial weights.
   """
   if lambda_ < 0:
@@ -180,6 +197,11 @@ def build_afedcl(
     raise ValueError(
         'AFedCL local_statistics=True but the encoder has no non-trainable '
         'weights (no BatchNorm): there are no statistics to keep local.')
+  if keep_global_encoder and not aff:
+    raise ValueError(
+        'AFedCL keep_global_encoder=True needs aff=True: without adaptive '
+        'feature fusion the evaluated model C_k(E_k(x)) reads no global '
+        'encoder to keep.')
   grl_weight = float(lambda_) if dcc else 0.0
   # E_G normalises with batch statistics in training when its statistics
   # are the client's (and so moves them); with the server's, it never does.
@@ -203,30 +225,37 @@ def build_afedcl(
       fusion_logit=tf.TensorSpec([], tf.float32),
       discrimination_loss=tf.TensorSpec([], tf.float32),
       num_participations=tf.TensorSpec([], tf.int32))
-  if local_statistics:
-    state_type = tff.types.tensorflow_to_type(AFedCLStatisticsClientState(
-        **state_fields, global_statistics=[
-            tf.TensorSpec(t.shape, t.dtype)
-            for t in initial_weights.non_trainable[:n_enc_nt]]))
-  else:
-    state_type = tff.types.tensorflow_to_type(
-        AFedCLClientState(**state_fields))
+  # Which of E_G's tensors the client keeps (empty lists otherwise).
+  keeps_statistics = local_statistics or keep_global_encoder
+  kept_statistics = (initial_weights.non_trainable[:n_enc_nt]
+                     if keeps_statistics else [])
+  kept_encoder = (initial_weights.trainable[:n_enc]
+                  if keep_global_encoder else [])
+  state_type = tff.types.tensorflow_to_type(AFedCLClientState(
+      **state_fields,
+      global_statistics=[tf.TensorSpec(t.shape, t.dtype)
+                         for t in kept_statistics],
+      global_encoder=[tf.TensorSpec(t.shape, t.dtype)
+                      for t in kept_encoder]))
 
-  def global_encoder_statistics(weights, state):
-    """E_G's non-trainable weights: the server's, or with
-    `local_statistics` the client's own once it has trained."""
-    server = list(weights.non_trainable[:n_enc_nt])
-    if not local_statistics:
-      return server
-    return client_works.own_statistics_once_trained(
-        state.global_statistics, server, state.num_participations)
-
-  def assign_global_encoder(global_model, weights, state):
+  def assign_global_encoder(global_model, weights, state, *, evaluation):
+    """Assigns E_G to `global_model`'s encoder: the broadcast one, with
+    the client's own statistics once it has trained (`local_statistics`);
+    for evaluation with `keep_global_encoder`, the client's kept E_G^t and
+    the statistics it ran with once it has trained."""
+    trainable = list(weights.trainable[:n_enc])
+    statistics = list(weights.non_trainable[:n_enc_nt])
+    own = client_works.own_statistics_once_trained
+    if evaluation and keep_global_encoder:
+      trainable = own(state.global_encoder, trainable,
+                      state.num_participations)
+    if local_statistics or (evaluation and keep_global_encoder):
+      statistics = own(state.global_statistics, statistics,
+                       state.num_participations)
     encoder = global_model.get_layer('encoder')
-    for v, w in zip(encoder.trainable_weights, weights.trainable[:n_enc]):
+    for v, w in zip(encoder.trainable_weights, trainable):
       v.assign(w)
-    for v, w in zip(encoder.non_trainable_weights,
-                    global_encoder_statistics(weights, state)):
+    for v, w in zip(encoder.non_trainable_weights, statistics):
       v.assign(w)
 
   @tf.function
@@ -234,7 +263,8 @@ def build_afedcl(
                     state, dataset, round_num):
     start = process_lib._as_model_weights(state.model_weights)  # pylint: disable=protected-access
     model_spec_lib.assign_weights(local_model, start)
-    assign_global_encoder(global_model, global_weights, state)
+    assign_global_encoder(global_model, global_weights, state,
+                          evaluation=False)
     for v, w in zip(disc.trainable_weights, state.discriminator):
       v.assign(w)
     logit.assign(state.fusion_logit)
@@ -289,10 +319,13 @@ def build_afedcl(
     new_disc = [tf.identity(v) for v in disc.trainable_variables]
     new_logit = tf.identity(logit)
     # E_G's statistics after both stages (they move only in training mode,
-    # i.e. only with `local_statistics`; otherwise they are the server's).
+    # i.e. only with `local_statistics`; otherwise they are the server's)
+    # and its (frozen) weights, E_G^t, where the client keeps them.
     new_global_statistics = ([tf.identity(v)
                               for v in enc_g.non_trainable_variables]
-                             if local_statistics else [])
+                             if keeps_statistics else [])
+    new_global_encoder = ([tf.identity(v) for v in enc_g.trainable_variables]
+                          if keep_global_encoder else [])
     finite = tf.logical_and(
         local_training.all_finite((final, new_disc, new_logit, after_dcc,
                                    new_global_statistics)),
@@ -319,12 +352,12 @@ def build_afedcl(
         discrimination_loss=tf.where(finite, ld, state.discrimination_loss),
         num_participations=(state.num_participations +
                             tf.cast(finite, tf.int32)))
-    if local_statistics:
-      new_state = AFedCLStatisticsClientState(
-          **new_fields, global_statistics=local_training.select(
-              finite, new_global_statistics, list(state.global_statistics)))
-    else:
-      new_state = AFedCLClientState(**new_fields)
+    new_state = AFedCLClientState(
+        **new_fields,
+        global_statistics=local_training.select(
+            finite, new_global_statistics, list(state.global_statistics)),
+        global_encoder=local_training.select(
+            finite, new_global_encoder, list(state.global_encoder)))
     metrics = collections.OrderedDict(
         loss_sum=tf.where(finite, loss_sum, 0.0), num_examples=num,
         non_finite=1.0 - tf.cast(finite, tf.float32),
@@ -349,7 +382,8 @@ def build_afedcl(
   def fused_eval(local_model, global_model, global_weights, state, dataset):
     model_spec_lib.assign_weights(
         local_model, process_lib._as_model_weights(state.model_weights))  # pylint: disable=protected-access
-    assign_global_encoder(global_model, global_weights, state)
+    assign_global_encoder(global_model, global_weights, state,
+                          evaluation=True)
     enc_l = local_model.get_layer('encoder')
     head = local_model.get_layer('head')
     enc_g = global_model.get_layer('encoder')
@@ -374,7 +408,7 @@ def build_afedcl(
         local_model, process_lib._as_model_weights(client_state.model_weights))  # pylint: disable=protected-access
     assign_global_encoder(global_model,
                           process_lib._as_model_weights(global_weights),  # pylint: disable=protected-access
-                          client_state)
+                          client_state, evaluation=True)
     local = local_model.get_layer('encoder')(x, training=False)
     if not aff:
       return local
@@ -388,12 +422,11 @@ def build_afedcl(
         discriminator=[np.copy(v) for v in init_disc],
         fusion_logit=init_logit, discrimination_loss=np.float32(0.0),
         num_participations=np.int32(0))
-    if local_statistics:
-      # Never read before the first round (num_participations == 0).
-      return AFedCLStatisticsClientState(
-          **fields, global_statistics=[
-              np.copy(t) for t in initial_weights.non_trainable[:n_enc_nt]])
-    return AFedCLClientState(**fields)
+    # The kept E_G tensors are never read before the first round
+    # (num_participations == 0).
+    return AFedCLClientState(
+        **fields, global_statistics=[np.copy(t) for t in kept_statistics],
+        global_encoder=[np.copy(t) for t in kept_encoder])
 
   work = process_lib.ClientWork(
       update=update, state_type=state_type, initial_state=initial_state,

@@ -151,8 +151,9 @@ def model_delta(start: Any, final: Any) -> ModelWeights:
 
 def own_statistics_once_trained(own: Any, server: Any,
                                 num_participations: Any) -> list[Any]:
-  """A client's own non-trainable weights (BatchNorm statistics) once it
-  has trained (`num_participations > 0`), else the server's.
+  """A client's own non-trainable weights (BatchNorm statistics), or any
+  tensors it keeps in place of the server's, once it has trained
+  (`num_participations > 0`), else the server's.
 
   For methods that keep statistics on the client (FedBN's treatment): a
   first-time client has none of its own yet. Takes tensors or numpy arrays

@@ -289,3 +289,79 @@ def test_local_statistics_run_the_global_encoder_with_the_clients_own():
     afedcl.build_afedcl(SPEC, initial_weights=W0, local_statistics=True,
                         client_optimizer=tff.learning.optimizers.build_sgdm(
                             0.1))
+
+
+def test_keep_global_encoder_evaluates_with_the_encoder_of_the_last_round():
+  """`keep_global_encoder=True`: after round t a client's fused model holds
+  E_G^t with the statistics E_G ran with in that round (the broadcast
+  ones, or with `local_statistics` its own), not E_G^{t+1}: it evaluates
+  as the default process does from the round's starting server state,
+  whatever server state it is given. Training is unchanged and a
+  first-time client uses the broadcast encoder."""
+  spec = _batch_norm_spec()
+  w0 = spec.initial_weights(seed=4)
+  n_enc = len(spec.keras_model_fn().get_layer('encoder').trainable_weights)
+
+  def personal_losses(process, server_state, client_states):
+    return [r['loss_sum'] for r in
+            process.evaluate(server_state, client_states, DATA)['personal']]
+
+  def shift(server_state, by):
+    weights = server_state.global_model_weights
+    return server_state._replace(
+        global_model_weights=tff.learning.models.ModelWeights(
+            trainable=[np.asarray(t) + by for t in weights.trainable],
+            non_trainable=[np.asarray(t) + by
+                           for t in weights.non_trainable]))
+
+  for local_statistics in (False, True):
+    runs = {}
+    for keep in (True, False):
+      process = afedcl.build_afedcl(
+          spec, initial_weights=w0, lambda_=1.0,
+          local_statistics=local_statistics, keep_global_encoder=keep,
+          client_optimizer=tff.learning.optimizers.build_sgdm(0.1))
+      start = process.initialize()
+      fresh = [process.initial_client_state(str(i)) for i in range(3)]
+      state, states, _ = process.next(start, fresh, DATA)
+      runs[keep] = (process, start, state, states, fresh)
+    kept, k_start, k_state, k_states, k_fresh = runs[True]
+    default, d_start, d_state, d_states, d_fresh = runs[False]
+    # Training is the default's: the same W_k, D_k and E_G^{t+1}.
+    for x, y in zip(k_states, d_states):
+      for u, v in zip(
+          list(x.model_weights.trainable) + list(x.discriminator),
+          list(y.model_weights.trainable) + list(y.discriminator)):
+        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+    for u, v in zip(k_state.global_model_weights.trainable,
+                    d_state.global_model_weights.trainable):
+      np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+    # The client kept E_G^t, the encoder broadcast in its round.
+    for x in k_states:
+      assert len(x.global_encoder) == n_enc
+      for u, v in zip(x.global_encoder,
+                      k_start.global_model_weights.trainable[:n_enc]):
+        np.testing.assert_allclose(u, v)
+    got = personal_losses(kept, k_state, k_states)
+    np.testing.assert_allclose(
+        got, personal_losses(default, d_start, d_states), rtol=1e-5)
+    for x, y in zip(got, personal_losses(default, d_state, d_states)):
+      assert x != pytest.approx(y, rel=1e-3)   # E_G^{t+1} reads otherwise
+    np.testing.assert_allclose(
+        got, personal_losses(kept, shift(k_state, 3.0), k_states),
+        rtol=1e-6)
+    x0 = ARRAYS[0][0]
+    np.testing.assert_allclose(
+        kept.personal_features(k_state.global_model_weights, k_states[0],
+                               x0),
+        kept.personal_features(shift(k_state, 3.0).global_model_weights,
+                               k_states[0], x0), rtol=1e-6)
+    # A client that has not trained yet fuses the broadcast encoder.
+    np.testing.assert_allclose(personal_losses(kept, k_state, k_fresh),
+                               personal_losses(default, d_state, d_fresh),
+                               rtol=1e-6)
+  with pytest.raises(ValueError, match='needs aff=True'):
+    afedcl.build_afedcl(spec, initial_weights=w0, aff=False,
+                        keep_global_encoder=True,
+                        client_optimizer=tff.learning.optimizers.build_sgdm(
+                            0.1))
