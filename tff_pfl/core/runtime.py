@@ -15,6 +15,20 @@ the real error whenever a program fails early (e.g. on a bad flag).
 Collecting it in `atexit`, while the modules are still alive, ends the
 program on its own error message.
 
+Values left on the worker. Every call ships its argument (server state,
+client states, datasets) to the worker and gets a result back, and TFF's
+`RemoteExecutor` frees such worker values only in batches of 20 released
+references (`dispose_batch_size=20`, not settable through
+`set_sync_local_cpp_execution_context`). A round is about three references
+(the computation, its argument, its result), so the worker kept the last
+~7 rounds' arguments and results alive: with AFedCL on ResNet-50 and
+`keep_global_encoder` that is ~3.5 GB per round, and the worker grew from
+5.7 to 17 GB in three rounds and was OOM-killed every three rounds on a
+23 GB machine (BUILD_NOTES.md, forty-fourth session). `ensure_context`
+therefore makes the executor TFF's local factory builds free each value as
+soon as Python drops its last reference to it (`dispose_batch_size=1`); it
+changes no result, only when the worker frees memory.
+
 Installing the context also logs a warning when protobuf runs as pure Python:
 TFF builds and calls computations through protobuf messages, and the
 pure-Python backend (protobuf 3.20 on Python 3.11, which has no compiled
@@ -33,6 +47,8 @@ import google.protobuf
 from google.protobuf.internal import api_implementation
 import psutil
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+from tensorflow_federated.python.core.impl.executors import remote_executor
 
 _installed = False
 
@@ -113,6 +129,32 @@ def _warn_if_pure_python_protobuf() -> None:
         '(requirements/lock.txt pins 4.25.3).', google.protobuf.__version__)
 
 
+class PromptlyDisposingRemoteExecutor(remote_executor.RemoteExecutor):
+  """TFF's `RemoteExecutor`, freeing each worker value once it is released.
+
+  TFF's default batches 20 released values into one dispose request; this
+  sends one per value (one small gRPC call each, a few per round).
+  """
+
+  def __init__(self, stub, dispose_batch_size: int = 1, **kwargs):
+    super().__init__(stub, dispose_batch_size=dispose_batch_size, **kwargs)
+
+
+class _RemoteExecutorModule:
+  """Stands in for `remote_executor` where TFF's local factory reads it."""
+  RemoteExecutor = PromptlyDisposingRemoteExecutor
+
+
+def _dispose_worker_values_promptly() -> None:
+  """Makes `local_cpp_executor_factory` build `PromptlyDisposingRemoteExecutor`s.
+
+  The factory's stack function looks `remote_executor.RemoteExecutor` up in
+  its own module when it builds an executor; only that name is replaced
+  there, so TFF's `RemoteExecutor` class is untouched elsewhere.
+  """
+  executor_factory.remote_executor = _RemoteExecutorModule
+
+
 def ensure_context(
     max_concurrent_computation_calls: Optional[int] = None,
 ) -> None:
@@ -120,6 +162,8 @@ def ensure_context(
 
   It stays until `shutdown()` (which also runs at exit); a cap passed while
   a context is installed is ignored, so `shutdown()` first to change it.
+  Its worker frees each call's values as soon as Python releases them
+  (module docstring).
 
   Args:
     max_concurrent_computation_calls: caps how many client computations the
@@ -131,6 +175,7 @@ def ensure_context(
   cap = -1 if max_concurrent_computation_calls is None else int(
       max_concurrent_computation_calls)
   _warn_if_pure_python_protobuf()
+  _dispose_worker_values_promptly()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=cap)
   _installed = True

@@ -89,3 +89,36 @@ def test_pure_python_protobuf_is_warned_about(monkeypatch):
   assert len(warnings) == 2
   runtime.ensure_context()   # already installed: neither again
   assert len(installed) == 1 and len(warnings) == 2
+
+
+def test_the_worker_frees_each_call_s_values():
+  # TFF frees worker values in batches of 20 released references, about
+  # seven calls' arguments and results: 12 calls on a 64 MB tensor grew
+  # TFF's default worker by ~2.1 GB, and ResNet-50 AFedCL rounds by ~3.5 GB
+  # each until the kernel killed the worker. With `ensure_context` the
+  # growth stays within a few such values (124 MB measured).
+  code = '''
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tff_pfl.core import runtime
+runtime.ensure_context()
+n = 16 * 1024 * 1024  # 64 MB of float32
+@tff.tensorflow.computation(tf.TensorSpec([n], tf.float32))
+def add_one(x):
+  return x + 1.0
+x = add_one(np.zeros([n], np.float32))
+worker, = runtime._workers()
+base = peak = worker.memory_info().rss
+for _ in range(11):
+  x = add_one(x)
+  peak = max(peak, worker.memory_info().rss)
+print('growth_mb', (peak - base) >> 20, 'value', float(x[0]), float(x[-1]))
+'''
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  words = result.stdout.split()
+  assert words[words.index('value') + 1:] == ['12.0', '12.0']
+  growth_mb = int(words[words.index('growth_mb') + 1])
+  assert growth_mb < 4 * 64, growth_mb
