@@ -37,9 +37,11 @@ wheel for it) makes a small simulation about 2.5 times slower
 """
 
 import atexit
+import functools
 import gc
 import signal
 import time
+import types
 from typing import Optional
 
 from absl import logging
@@ -129,30 +131,16 @@ def _warn_if_pure_python_protobuf() -> None:
         '(requirements/lock.txt pins 4.25.3).', google.protobuf.__version__)
 
 
-class PromptlyDisposingRemoteExecutor(remote_executor.RemoteExecutor):
-  """TFF's `RemoteExecutor`, freeing each worker value once it is released.
-
-  TFF's default batches 20 released values into one dispose request; this
-  sends one per value (one small gRPC call each, a few per round).
-  """
-
-  def __init__(self, stub, dispose_batch_size: int = 1, **kwargs):
-    super().__init__(stub, dispose_batch_size=dispose_batch_size, **kwargs)
-
-
-class _RemoteExecutorModule:
-  """Stands in for `remote_executor` where TFF's local factory reads it."""
-  RemoteExecutor = PromptlyDisposingRemoteExecutor
-
-
 def _dispose_worker_values_promptly() -> None:
-  """Makes `local_cpp_executor_factory` build `PromptlyDisposingRemoteExecutor`s.
+  """Makes TFF's local factory build `RemoteExecutor(dispose_batch_size=1)`.
 
   The factory's stack function looks `remote_executor.RemoteExecutor` up in
   its own module when it builds an executor; only that name is replaced
   there, so TFF's `RemoteExecutor` class is untouched elsewhere.
   """
-  executor_factory.remote_executor = _RemoteExecutorModule
+  executor_factory.remote_executor = types.SimpleNamespace(
+      RemoteExecutor=functools.partial(remote_executor.RemoteExecutor,
+                                       dispose_batch_size=1))
 
 
 def ensure_context(
