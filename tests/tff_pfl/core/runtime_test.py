@@ -1,5 +1,6 @@
 """Tests for tff_pfl.core.runtime: no TFF worker outlives its parent."""
 
+import os
 import shutil
 import signal
 import subprocess
@@ -122,3 +123,34 @@ print('growth_mb', (peak - base) >> 20, 'value', float(x[0]), float(x[-1]))
   assert words[words.index('value') + 1:] == ['12.0', '12.0']
   growth_mb = int(words[words.index('growth_mb') + 1])
   assert growth_mb < 4 * 64, growth_mb
+
+
+@pytest.mark.parametrize('preset, expected', [(None, '2'), ('4', '4')])
+def test_the_worker_runs_with_few_malloc_arenas_unless_told(preset, expected):
+  # With its values freed, a ResNet-50 AFedCL worker still stepped from
+  # ~10.5 to ~14.4 GB mid-run under glibc's default arenas (up to 8 per
+  # core) and stayed at or under 10.6 GB over 40 rounds with two. A value
+  # the user set is kept.
+  code = '''
+import os
+import tensorflow as tf
+import tensorflow_federated as tff
+from tff_pfl.core import runtime
+runtime.ensure_context()
+@tff.tensorflow.computation(tf.int32)
+def add_one(x):
+  return x + 1
+assert add_one(1) == 2
+worker, = runtime._workers()
+print('worker', worker.environ().get('MALLOC_ARENA_MAX'))
+print('python', os.environ.get('MALLOC_ARENA_MAX'))
+'''
+  env = {k: v for k, v in os.environ.items() if k != 'MALLOC_ARENA_MAX'}
+  if preset is not None:
+    env['MALLOC_ARENA_MAX'] = preset
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=300, check=False, env=env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  assert f'worker {expected}' in lines, result.stdout
+  assert f'python {expected}' in lines, result.stdout
