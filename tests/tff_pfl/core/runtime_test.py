@@ -82,12 +82,15 @@ def test_pure_python_protobuf_is_warned_about(monkeypatch):
   # Installing the context is where users meet it.
   installed = []
   monkeypatch.setattr(runtime, '_installed', False)
+  # ensure_context sets it for the worker; restored after the test.
+  monkeypatch.delenv('MALLOC_ARENA_MAX', raising=False)
   monkeypatch.setattr(
       runtime.tff.backends.native, 'set_sync_local_cpp_execution_context',
       lambda **kwargs: installed.append(kwargs))
   runtime.ensure_context()
   assert installed == [{'max_concurrent_computation_calls': -1}]
   assert len(warnings) == 2
+  assert os.environ['MALLOC_ARENA_MAX'] == runtime.WORKER_MALLOC_ARENA_MAX
   runtime.ensure_context()   # already installed: neither again
   assert len(installed) == 1 and len(warnings) == 2
 
