@@ -34,7 +34,7 @@ worker still stepped from ~10.5 to ~14.4 GB around round 20 and was killed
 once in 40 rounds; glibc gives the worker's threads their own malloc arenas
 (up to 8 per core) and returns little of them to the system. Started with
 `MALLOC_ARENA_MAX=2`, the same cell at another seed stayed at or under
-10.6 GB over all 40 rounds with no kill, at the same speed (BUILD_NOTES.md,
+10.6 GiB over all 40 rounds with no kill, at the same speed (BUILD_NOTES.md,
 forty-fifth session). `ensure_context` therefore puts `MALLOC_ARENA_MAX=2`
 in the environment the worker inherits, unless the user has set it. glibc
 reads it when a process starts: this Python process is not affected, every

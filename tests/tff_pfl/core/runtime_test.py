@@ -132,7 +132,7 @@ print('growth_mb', (peak - base) >> 20, 'value', float(x[0]), float(x[-1]))
 def test_the_worker_runs_with_few_malloc_arenas_unless_told(preset, expected):
   # With its values freed, a ResNet-50 AFedCL worker still stepped from
   # ~10.5 to ~14.4 GB mid-run under glibc's default arenas (up to 8 per
-  # core) and stayed at or under 10.6 GB over 40 rounds with two. A value
+  # core) and stayed at or under 10.6 GiB over 40 rounds with two. A value
   # the user set is kept.
   code = '''
 import os
