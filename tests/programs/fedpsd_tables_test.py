@@ -260,3 +260,36 @@ def test_a_mean_over_fewer_seeds_than_asked_says_so(tmp_path):
     text, _, missing = fedpsd_tables.accuracy_cell([0, 1], key)(
         'fedavg', 'digits:shards=2')
     assert text == '60.00 ± 10.00' and not missing
+
+
+def test_a_narrowed_methods_flag_warns_that_the_sweeps_use_their_own(
+    caplog):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  from programs import fedpsd_tables  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+
+  def warnings(**overrides):
+    caplog.clear()
+    with flagsaver.flagsaver(**overrides):
+      fedpsd_tables.warn_sweep_methods()
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == 'WARNING']
+
+  # --methods narrowed, a sweep asked for, --sweep_methods left alone.
+  found = warnings(methods=['fedpsd'], epoch_sweep=['1'])
+  assert len(found) == 1
+  assert ('--sweep_methods=fedavg,fedntd,fedlmd,fedpsd, not --methods'
+          in found[0])
+  assert 'they include fedavg, fedntd, fedlmd, which' in found[0]
+  # The same for Fig. 5.
+  assert warnings(methods=['fedpsd'], participation_sweep=['0.2'])
+  # Silent: no sweep; --sweep_methods chosen; --methods covers them all.
+  assert not warnings(methods=['fedpsd'])
+  assert not warnings(methods=['fedpsd'], epoch_sweep=['1'],
+                      sweep_methods=['fedpsd'])
+  assert not warnings(methods=['fedavg', 'fedntd', 'fedlmd', 'fedpsd',
+                               'fedprox'], epoch_sweep=['1'])
+  # Default --methods: nothing was narrowed.
+  assert not warnings(epoch_sweep=['1'])
