@@ -420,7 +420,8 @@ def warn_sweep_methods() -> None:
   Figs. 4 and 5 take their methods from --sweep_methods (default: the four
   of the paper's figures), not from --methods; a user who narrows --methods
   and leaves --sweep_methods alone would otherwise train cells they did not
-  ask for (a 200-round cell takes 15-20 minutes on 2 cores).
+  ask for (a 200-round CIFAR-10 cell takes 15 minutes to 2 hours on
+  2 cores).
   """
   if not any(sweep.values for sweep in sweeps().values()):
     return
