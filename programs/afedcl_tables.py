@@ -81,7 +81,8 @@ flags.DEFINE_list('client_counts', [], 'Client counts for Fig. 9(b), e.g. '
 flags.DEFINE_integer('total_samples', 50, 'Training samples shared by all '
                      'clients in Fig. 9(b).')
 flags.DEFINE_list('sweep_methods', ['afedcl', 'fedavg', 'fedrep', 'fedala'],
-                  'Methods of Fig. 9 (first partition, first shots).')
+                  'Methods of Fig. 9 (first partition, first shots); '
+                  '--methods does not limit them.')
 flags.DEFINE_integer('num_clients', 5, 'Clients (paper: 5).')
 flags.DEFINE_integer('rounds', 200, 'Rounds (paper: 200).')
 flags.DEFINE_integer('local_epochs', 3, 'Local epochs (paper: 3).')
@@ -416,6 +417,13 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
                 num_clients=c)
 
 
+def warn_sweep_methods() -> None:
+  """Warns when Fig. 9 is asked for and would train methods that a
+  narrowed --methods leaves out (`grid.warn_sweep_methods`)."""
+  if any(b != FLAGS.model for b in FLAGS.backbones) or FLAGS.client_counts:
+    grid.warn_sweep_methods(FLAGS, 'Fig. 9')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -436,6 +444,7 @@ def main(argv):
     if not 1 <= c <= FLAGS.total_samples:
       raise app.UsageError(f'client count {c} must be in [1, '
                            f'--total_samples={FLAGS.total_samples}].')
+  warn_sweep_methods()
   lambda_variants = [f'{n}:lambda_={lam}' for lam in FLAGS.lambdas
                      for n in ('afedcl', 'ditto')]
   os.makedirs(FLAGS.output_dir, exist_ok=True)

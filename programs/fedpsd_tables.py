@@ -76,7 +76,6 @@ from typing import Any, Callable, NamedTuple
 
 from absl import app
 from absl import flags
-from absl import logging
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # TensorFlow must be imported before app.run (see programs/run.py).
 import numpy as np
@@ -415,25 +414,10 @@ def check_sweeps(settings: list[str]) -> None:
 
 
 def warn_sweep_methods() -> None:
-  """Warns when --methods is set but the sweeps will train other methods.
-
-  Figs. 4 and 5 take their methods from --sweep_methods (default: the four
-  of the paper's figures), not from --methods; a user who narrows --methods
-  and leaves --sweep_methods alone would otherwise train cells they did not
-  ask for (a 200-round CIFAR-10 cell takes 15 minutes to 2 hours on
-  2 cores).
-  """
-  if not any(sweep.values for sweep in sweeps().values()):
-    return
-  if (FLAGS['methods'].using_default_value
-      or not FLAGS['sweep_methods'].using_default_value):
-    return
-  extra = [m for m in FLAGS.sweep_methods if m not in FLAGS.methods]
-  if extra:
-    logging.warning(
-        'Figs. 4 and 5 train and plot --sweep_methods=%s, not --methods: '
-        'they include %s, which --methods leaves out; pass --sweep_methods '
-        'to choose them.', ','.join(FLAGS.sweep_methods), ', '.join(extra))
+  """Warns when a sweep is asked for and would train methods that a
+  narrowed --methods leaves out (`grid.warn_sweep_methods`)."""
+  if any(sweep.values for sweep in sweeps().values()):
+    grid.warn_sweep_methods(FLAGS, 'Figs. 4 and 5')
 
 
 def sweep_points(sweep: Sweep) -> list[tuple[float, str]]:

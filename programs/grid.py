@@ -24,6 +24,8 @@ from collections.abc import Callable, Collection
 from typing import Any, Optional
 
 from absl import app
+from absl import flags
+from absl import logging
 import numpy as np
 
 import keras_models
@@ -265,6 +267,34 @@ def eval_logger(label: str, rounds: int) -> Callable[[int, dict], None]:
         return
 
   return progress
+
+
+def warn_sweep_methods(flag_values: flags.FlagValues, figures: str) -> None:
+  """Warns when --methods is narrowed but a sweep trains --sweep_methods.
+
+  The sweep figures (FedPSD's Figs. 4 and 5, AFedCL's Fig. 9) take their
+  methods from --sweep_methods (default: the methods of the paper's
+  figure), not from --methods; a user who narrows --methods and leaves
+  --sweep_methods alone would otherwise train cells they did not ask for
+  (a 200-round CIFAR-10 cell takes 15 minutes to 2 hours on 2 cores).
+  Call it only when a sweep is asked for.
+
+  Args:
+    flag_values: the program's parsed flags, with `methods` and
+      `sweep_methods` list flags.
+    figures: the sweep figures, for the message (e.g. 'Figs. 4 and 5').
+  """
+  if (flag_values['methods'].using_default_value
+      or not flag_values['sweep_methods'].using_default_value):
+    return
+  extra = [m for m in flag_values.sweep_methods
+           if m not in flag_values.methods]
+  if extra:
+    logging.warning(
+        '%s train and plot --sweep_methods=%s, not --methods: they include '
+        '%s, which --methods leaves out; pass --sweep_methods to choose '
+        'them.', figures, ','.join(flag_values.sweep_methods),
+        ', '.join(extra))
 
 
 def run_cell(config: experiment.ExperimentConfig,

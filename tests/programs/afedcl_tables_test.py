@@ -112,6 +112,19 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
                        '| fedavg | 25.00 ± 5.00 (2 of 3 seeds) |']
   for fig in ('fig9a_backbones.png', 'fig9b_clients.png'):
     assert (tmp_path / fig).stat().st_size > 1000
+  # A narrowed --methods with Fig. 9 asked for and --sweep_methods left
+  # alone: the program says Fig. 9 trains and plots other methods.
+  narrowed = _run(['--dataset=digits', '--partitions=disjoint:3',
+                   '--shots=10', '--seeds=0', '--methods=afedcl',
+                   '--model=mlp', '--client_counts=2',
+                   '--total_samples=20', '--write_only',
+                   f'--output_dir={tmp_path / "narrowed"}'], timeout=300)
+  assert narrowed.returncode == 0, narrowed.stdout[-3000:]
+  assert ('Fig. 9 train and plot --sweep_methods=afedcl,fedavg,fedrep,'
+          'fedala, not --methods: they include fedavg, fedrep, fedala'
+          in narrowed.stdout), narrowed.stdout[-3000:]
+  # ... and says nothing when --sweep_methods was chosen (above).
+  assert 'not --methods' not in proc.stdout
   # A backbone option its encoder does not take is refused up front.
   bad = _run(['--dataset=digits', '--backbones=resnet10:depth=10',
               '--write_only', f'--output_dir={tmp_path}'], timeout=300)

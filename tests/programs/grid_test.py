@@ -293,3 +293,27 @@ def test_fig9_bars_mark_a_mean_over_fewer_seeds_than_asked():
   assert not ax2.texts and all(p.get_hatch() is None for p in ax2.patches)
   plt.close(fig)
   plt.close(fig2)
+
+
+def test_warn_sweep_methods_only_when_narrowed_methods_leave_some_out(
+    caplog):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  fv = flags.FlagValues()
+  flags.DEFINE_list('methods', ['a', 'b', 'c'], '', flag_values=fv)
+  flags.DEFINE_list('sweep_methods', ['b', 'c'], '', flag_values=fv)
+
+  def warnings(argv):
+    fv.unparse_flags()
+    fv(['prog'] + argv)
+    caplog.clear()
+    grid.warn_sweep_methods(fv, 'Fig. 9')
+    return [r.getMessage() for r in caplog.records
+            if r.levelname == 'WARNING']
+
+  found = warnings(['--methods=b'])
+  assert found == ['Fig. 9 train and plot --sweep_methods=b,c, not '
+                   '--methods: they include c, which --methods leaves out; '
+                   'pass --sweep_methods to choose them.']
+  assert not warnings([])                                # nothing narrowed
+  assert not warnings(['--methods=c,b'])                 # covers them all
+  assert not warnings(['--methods=a', '--sweep_methods=b,c'])  # chosen
