@@ -418,8 +418,9 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
 
 
 def warn_sweep_methods() -> None:
-  """Warns when Fig. 9 is asked for and would train methods that a
-  narrowed --methods leaves out (`grid.warn_sweep_methods`)."""
+  """Warns when Fig. 9 would train cells beyond the main grid's, of
+  methods that a narrowed --methods leaves out (`grid.warn_sweep_methods`).
+  """
   if any(b != FLAGS.model for b in FLAGS.backbones) or FLAGS.client_counts:
     grid.warn_sweep_methods(FLAGS, 'Fig. 9')
 

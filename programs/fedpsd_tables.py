@@ -414,9 +414,11 @@ def check_sweeps(settings: list[str]) -> None:
 
 
 def warn_sweep_methods() -> None:
-  """Warns when a sweep is asked for and would train methods that a
-  narrowed --methods leaves out (`grid.warn_sweep_methods`)."""
-  if any(sweep.values for sweep in sweeps().values()):
+  """Warns when a sweep would train cells beyond the main grid's, of
+  methods that a narrowed --methods leaves out (`grid.warn_sweep_methods`).
+  """
+  if any(variant for sweep in sweeps().values()
+         for _, variant in sweep_points(sweep)):
     grid.warn_sweep_methods(FLAGS, 'Figs. 4 and 5')
 
 

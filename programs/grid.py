@@ -277,7 +277,7 @@ def warn_sweep_methods(flag_values: flags.FlagValues, figures: str) -> None:
   figure), not from --methods; a user who narrows --methods and leaves
   --sweep_methods alone would otherwise train cells they did not ask for
   (a 200-round CIFAR-10 cell takes 15 minutes to 2 hours on 2 cores).
-  Call it only when a sweep is asked for.
+  Call it only when a sweep would train cells beyond the main grid's.
 
   Args:
     flag_values: the program's parsed flags, with `methods` and
@@ -291,7 +291,7 @@ def warn_sweep_methods(flag_values: flags.FlagValues, figures: str) -> None:
            if m not in flag_values.methods]
   if extra:
     logging.warning(
-        '%s train and plot --sweep_methods=%s, not --methods: they include '
+        '%s: the sweep runs --sweep_methods=%s, not --methods; they include '
         '%s, which --methods leaves out; pass --sweep_methods to choose '
         'them.', figures, ','.join(flag_values.sweep_methods),
         ', '.join(extra))

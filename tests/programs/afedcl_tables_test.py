@@ -120,11 +120,17 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
                    '--total_samples=20', '--write_only',
                    f'--output_dir={tmp_path / "narrowed"}'], timeout=300)
   assert narrowed.returncode == 0, narrowed.stdout[-3000:]
-  assert ('Fig. 9 train and plot --sweep_methods=afedcl,fedavg,fedrep,'
-          'fedala, not --methods: they include fedavg, fedrep, fedala'
+  assert ('Fig. 9: the sweep runs --sweep_methods=afedcl,fedavg,fedrep,'
+          'fedala, not --methods; they include fedavg, fedrep, fedala'
           in narrowed.stdout), narrowed.stdout[-3000:]
-  # ... and says nothing when --sweep_methods was chosen (above).
-  assert 'not --methods' not in proc.stdout
+  # ... and says nothing when Fig. 9 trains no cell of its own: its only
+  # backbone is --model, and there are no client counts.
+  same = _run(['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
+               '--seeds=0', '--methods=afedcl', '--model=mlp',
+               '--backbones=mlp', '--write_only',
+               f'--output_dir={tmp_path / "same"}'], timeout=300)
+  assert same.returncode == 0, same.stdout[-3000:]
+  assert 'not --methods' not in same.stdout, same.stdout[-3000:]
   # A backbone option its encoder does not take is refused up front.
   bad = _run(['--dataset=digits', '--backbones=resnet10:depth=10',
               '--write_only', f'--output_dir={tmp_path}'], timeout=300)

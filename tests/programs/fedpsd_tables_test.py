@@ -280,13 +280,18 @@ def test_a_narrowed_methods_flag_warns_that_the_sweeps_use_their_own(
   # --methods narrowed, a sweep asked for, --sweep_methods left alone.
   found = warnings(methods=['fedpsd'], epoch_sweep=['1'])
   assert len(found) == 1
-  assert ('--sweep_methods=fedavg,fedntd,fedlmd,fedpsd, not --methods'
-          in found[0])
+  assert found[0].startswith('Figs. 4 and 5: the sweep runs '
+                              '--sweep_methods=fedavg,fedntd,fedlmd,fedpsd, '
+                              'not --methods;')
   assert 'they include fedavg, fedntd, fedlmd, which' in found[0]
   # The same for Fig. 5.
   assert warnings(methods=['fedpsd'], participation_sweep=['0.2'])
-  # Silent: no sweep; --sweep_methods chosen; --methods covers them all.
+  # Silent: no sweep; a sweep at the main grid's value only (its cells
+  # are the main grid's); --sweep_methods chosen; --methods covers them.
   assert not warnings(methods=['fedpsd'])
+  assert not warnings(methods=['fedpsd'], epoch_sweep=['5'], local_epochs=5)
+  assert not warnings(methods=['fedpsd'], participation_sweep=['0.1'],
+                      participation_rate=0.1)
   assert not warnings(methods=['fedpsd'], epoch_sweep=['1'],
                       sweep_methods=['fedpsd'])
   assert not warnings(methods=['fedavg', 'fedntd', 'fedlmd', 'fedpsd',

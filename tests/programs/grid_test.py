@@ -311,8 +311,8 @@ def test_warn_sweep_methods_only_when_narrowed_methods_leave_some_out(
             if r.levelname == 'WARNING']
 
   found = warnings(['--methods=b'])
-  assert found == ['Fig. 9 train and plot --sweep_methods=b,c, not '
-                   '--methods: they include c, which --methods leaves out; '
+  assert found == ['Fig. 9: the sweep runs --sweep_methods=b,c, not '
+                   '--methods; they include c, which --methods leaves out; '
                    'pass --sweep_methods to choose them.']
   assert not warnings([])                                # nothing narrowed
   assert not warnings(['--methods=c,b'])                 # covers them all
