@@ -5,6 +5,7 @@ import json
 import re
 
 from absl import app
+from absl import flags
 import numpy as np
 import psutil
 import pytest
@@ -213,9 +214,10 @@ def test_each_cell_runs_in_a_fresh_tff_worker(tmp_path):
     runtime.ensure_context()   # for the tests after this one
   assert len(seen) == 2 and all(len(w) == 1 for w in seen), seen
   assert seen[0].keys() != seen[1].keys()
-  flags = [' '.join(*w.values()) for w in seen]
-  assert '--max_concurrent_computation_calls=1' not in flags[0], flags[0]
-  assert '--max_concurrent_computation_calls=1' in flags[1], flags[1]
+  worker_flags = [' '.join(*w.values()) for w in seen]
+  cap = '--max_concurrent_computation_calls=1'
+  assert cap not in worker_flags[0], worker_flags[0]
+  assert cap in worker_flags[1], worker_flags[1]
 
 
 def test_a_cell_that_raises_still_ends_its_tff_worker(tmp_path):
@@ -297,7 +299,6 @@ def test_fig9_bars_mark_a_mean_over_fewer_seeds_than_asked():
 
 def test_warn_sweep_methods_only_when_narrowed_methods_leave_some_out(
     caplog):
-  from absl import flags  # pylint: disable=g-import-not-at-top
   fv = flags.FlagValues()
   flags.DEFINE_list('methods', ['a', 'b', 'c'], '', flag_values=fv)
   flags.DEFINE_list('sweep_methods', ['b', 'c'], '', flag_values=fv)
