@@ -66,12 +66,14 @@ flags.DEFINE_list('methods', ['afedcl', 'nofl', 'fedavg', 'fedprox', 'fedper',
                   'Methods (name[:param=value;...]).')
 flags.DEFINE_list('ablation', ['afedcl:dcc=0', 'afedcl:caa=0',
                                'afedcl:aff=0'],
-                  'AFedCL ablation variants run for Figs. 4 and 10.')
+                  'AFedCL ablation variants run for Figs. 4 and 10 (first '
+                  'partition, first shots); --methods does not limit them.')
 flags.DEFINE_list('lambdas', [], 'If given, lambda sweep for AFedCL and '
                   'Ditto (Fig. 8), e.g. 0.01,0.1,1.')
 flags.DEFINE_list('tsne_methods', ['fedavg', 'fedrep', 'fedala', 'afedcl'],
                   'Methods whose per-client features are plotted with t-SNE '
-                  '(Fig. 7; first cell, first seed); empty to skip.')
+                  '(Fig. 7; first cell, first seed); empty to skip; '
+                  '--methods does not limit them.')
 flags.DEFINE_list('backbones', [], 'Extra encoders for Fig. 9(a), e.g. '
                   'resnet18,resnet50, with options as methods have them, '
                   'e.g. mobilenet_v2:alpha=0.35 (--model with '
@@ -407,22 +409,30 @@ def train_grid(shots, seeds, counts, lambda_variants, first) -> None:
                   os.path.join(out, 'features.npz'))):
             run_cell(config, data, method, out, features=features)
         write_table(FLAGS.methods, FLAGS.partitions, shots, seeds)
-  for backbone in FLAGS.backbones:
-    if backbone != FLAGS.model:
-      name, options = grid.parse_encoder(backbone)
-      run_variant(*first, seeds, backbone, model=name,
-                  model_options=options)
+  for backbone in fig9_backbones():
+    name, options = grid.parse_encoder(backbone)
+    run_variant(*first, seeds, backbone, model=name, model_options=options)
   for c in counts:
     run_variant(first[0], FLAGS.total_samples // c, seeds, f'K{c}',
                 num_clients=c)
 
 
-def warn_sweep_methods() -> None:
-  """Warns when Fig. 9 would train cells beyond the main grid's, of
-  methods that a narrowed --methods leaves out (`grid.warn_sweep_methods`).
+def fig9_backbones() -> list[str]:
+  """The encoders of Fig. 9(a) with cells of their own (not --model's)."""
+  return [b for b in dict.fromkeys(FLAGS.backbones) if b != FLAGS.model]
+
+
+def warn_methods_beyond(counts: list[int]) -> None:
+  """Warns for each part of the grid beyond Table II (Figs. 4, 7, 9, 10) that
+  uses methods a narrowed --methods leaves out (`grid.warn_methods_beyond`).
   """
-  if any(b != FLAGS.model for b in FLAGS.backbones) or FLAGS.client_counts:
-    grid.warn_sweep_methods(FLAGS, 'Fig. 9')
+  grid.warn_methods_beyond(FLAGS, 'Fig. 7 (t-SNE)', 'tsne_methods',
+                           FLAGS.tsne_methods)
+  grid.warn_methods_beyond(FLAGS, 'Figs. 4 and 10 (ablation)', 'ablation',
+                           FLAGS.ablation)
+  if fig9_backbones() or counts:
+    grid.warn_methods_beyond(FLAGS, 'Fig. 9', 'sweep_methods',
+                             FLAGS.sweep_methods)
 
 
 def main(argv):
@@ -445,7 +455,7 @@ def main(argv):
     if not 1 <= c <= FLAGS.total_samples:
       raise app.UsageError(f'client count {c} must be in [1, '
                            f'--total_samples={FLAGS.total_samples}].')
-  warn_sweep_methods()
+  warn_methods_beyond(counts)
   lambda_variants = [f'{n}:lambda_={lam}' for lam in FLAGS.lambdas
                      for n in ('afedcl', 'ditto')]
   os.makedirs(FLAGS.output_dir, exist_ok=True)

@@ -89,6 +89,8 @@ METHODS = ['fedavg', 'fedprox', 'fedcurv', 'fednova', 'scaffold', 'moon',
            'fedntd', 'fedlmd', 'fedpsd']
 ABLATION = ['fedpsd:rhpk=true;psd=false;cll=false',
             'fedpsd:rhpk=true;psd=true;cll=false']
+# Table VI's rows around the ablation variants: FedAvg and full FedPSD.
+ABLATION_BASES = ['fedavg', 'fedpsd']
 # The baselines' hyperparameters in this grid. The paper gives none; its
 # setting (Sec. V-C, also sharding S=2, the SimpleCNN and the x0.99
 # schedule) is the one of FedNTD's released configs (Lee-Gihun/FedNTD,
@@ -111,10 +113,11 @@ flags.DEFINE_list('settings', ['mnist:shards=2', 'mnist:dirichlet=0.1',
 flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds.')
 flags.DEFINE_list('methods', METHODS, 'Methods (name[:param=value;...]).')
 flags.DEFINE_list('ablation', ABLATION, 'FedPSD ablation variants (Table '
-                  'VI; FedAvg and full FedPSD come from --methods).')
+                  'VI; they run with FedAvg and full FedPSD at '
+                  '--ablation_settings, whatever --methods says).')
 flags.DEFINE_list('ablation_settings', ['cifar10:shards=2',
                                         'cifar10:dirichlet=0.05'],
-                  'Settings of Table VI.')
+                  'Settings of Table VI (empty: no ablation).')
 flags.DEFINE_list('architectures', [], 'Extra encoders for Table VII, e.g. '
                   'resnet10,vgg11, with options as methods have them, e.g. '
                   'resnet10:width=0.25 (SimpleCNN comes from the main '
@@ -123,7 +126,7 @@ flags.DEFINE_string('architecture_setting', 'cifar10:shards=2',
                     'Setting of Table VII.')
 flags.DEFINE_list('architecture_methods', ['fedavg', 'fedprox', 'fedcurv',
                                            'fedntd', 'fedlmd', 'fedpsd'],
-                  'Methods of Table VII.')
+                  'Methods of Table VII (--methods does not limit them).')
 flags.DEFINE_list('epoch_sweep', [], 'Local epochs for Fig. 4, e.g. '
                   '1,3,10,20 (5 comes from the main grid).')
 flags.DEFINE_list('participation_sweep', [], 'Participation rates for '
@@ -413,13 +416,22 @@ def check_sweeps(settings: list[str]) -> None:
                            f'(0, 1], got {value!r}.')
 
 
-def warn_sweep_methods() -> None:
-  """Warns when a sweep would train cells beyond the main grid's, of
-  methods that a narrowed --methods leaves out (`grid.warn_sweep_methods`).
+def warn_methods_beyond() -> None:
+  """Warns for each part of the grid beyond the main tables (Table VI's
+  ablation, Table VII, Figs. 4 and 5) that uses methods a narrowed
+  --methods leaves out (`grid.warn_methods_beyond`).
   """
+  if FLAGS.ablation_settings:
+    grid.warn_methods_beyond(
+        FLAGS, f'Table VI (ablation at {",".join(FLAGS.ablation_settings)})',
+        'ablation_settings', ABLATION_BASES + FLAGS.ablation)
+  if FLAGS.architectures:
+    grid.warn_methods_beyond(FLAGS, 'Table VII', 'architecture_methods',
+                             FLAGS.architecture_methods)
   if any(variant for sweep in sweeps().values()
          for _, variant in sweep_points(sweep)):
-    grid.warn_sweep_methods(FLAGS, 'Figs. 4 and 5')
+    grid.warn_methods_beyond(FLAGS, 'Figs. 4 and 5', 'sweep_methods',
+                             FLAGS.sweep_methods)
 
 
 def sweep_points(sweep: Sweep) -> list[tuple[float, str]]:
@@ -603,7 +615,7 @@ def main(argv):
   for arch in FLAGS.architectures:
     grid.parse_encoder(arch)
   check_sweeps(settings)
-  warn_sweep_methods()
+  warn_methods_beyond()
   seeds = [int(s) for s in FLAGS.seeds]
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   t0 = time.time()
@@ -611,7 +623,7 @@ def main(argv):
     run_cells(setting, seeds, FLAGS.methods)
     write_tables(settings, seeds)
   for setting in FLAGS.ablation_settings:
-    run_cells(setting, seeds, ['fedavg', 'fedpsd'] + FLAGS.ablation)
+    run_cells(setting, seeds, ABLATION_BASES + FLAGS.ablation)
   if FLAGS.architectures:
     # Table VII's --model column, also where the main grid does not have
     # --architecture_setting (finished cells are skipped).

@@ -269,32 +269,36 @@ def eval_logger(label: str, rounds: int) -> Callable[[int, dict], None]:
   return progress
 
 
-def warn_sweep_methods(flag_values: flags.FlagValues, figures: str) -> None:
-  """Warns when --methods is narrowed but a sweep trains --sweep_methods.
+def warn_methods_beyond(flag_values: flags.FlagValues, what: str,
+                        list_flag: str, methods: Collection[str]) -> None:
+  """Warns when --methods is narrowed but a part of the grid uses others.
 
-  The sweep figures (FedPSD's Figs. 4 and 5, AFedCL's Fig. 9) take their
-  methods from --sweep_methods (default: the methods of the paper's
-  figure), not from --methods; a user who narrows --methods and leaves
-  --sweep_methods alone would otherwise train cells they did not ask for
-  (a 200-round CIFAR-10 cell takes 15 minutes to 2 hours on 2 cores).
-  Call it only when a sweep would train cells beyond the main grid's.
+  Parts of a paper grid beyond its main table (the sweep figures, the
+  ablations, the t-SNE plot, the architecture table) take their methods
+  from their own flags (default: the paper's), not from --methods; a user
+  who narrows --methods and leaves those flags alone would otherwise train
+  cells they did not ask for (a 200-round CIFAR-10 cell takes 15 minutes
+  to 2 hours on 2 cores). Call it only for a part that the run uses (one
+  that trains, or under --write_only reads, cells of its own).
 
   Args:
-    flag_values: the program's parsed flags, with `methods` and
-      `sweep_methods` list flags.
-    figures: the sweep figures, for the message (e.g. 'Figs. 4 and 5').
+    flag_values: the program's parsed flags, with a `methods` list flag and
+      `list_flag`.
+    what: the part of the grid, for the message (e.g. 'Fig. 9').
+    list_flag: the flag that chooses the part's methods or cells; a value
+      given for it on the command line is taken as chosen (no warning).
+    methods: the methods the part uses.
   """
   if (flag_values['methods'].using_default_value
-      or not flag_values['sweep_methods'].using_default_value):
+      or not flag_values[list_flag].using_default_value):
     return
-  extra = [m for m in flag_values.sweep_methods
-           if m not in flag_values.methods]
+  methods = list(dict.fromkeys(methods))
+  extra = [m for m in methods if m not in flag_values.methods]
   if extra:
     logging.warning(
-        '%s: the sweep runs --sweep_methods=%s, not --methods; they include '
-        '%s, which --methods leaves out; pass --sweep_methods to choose '
-        'them.', figures, ','.join(flag_values.sweep_methods),
-        ', '.join(extra))
+        '%s uses %s (chosen by --%s, not --methods), including %s, which '
+        '--methods leaves out; set --%s to choose.', what,
+        ', '.join(methods), list_flag, ', '.join(extra), list_flag)
 
 
 def run_cell(config: experiment.ExperimentConfig,

@@ -112,22 +112,30 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
                        '| fedavg | 25.00 ± 5.00 (2 of 3 seeds) |']
   for fig in ('fig9a_backbones.png', 'fig9b_clients.png'):
     assert (tmp_path / fig).stat().st_size > 1000
-  # A narrowed --methods with Fig. 9 asked for and --sweep_methods left
-  # alone: the program says Fig. 9 trains and plots other methods.
+  # A narrowed --methods with Fig. 9 asked for and --sweep_methods,
+  # --tsne_methods and --ablation left alone: the program says which
+  # parts use other methods.
   narrowed = _run(['--dataset=digits', '--partitions=disjoint:3',
                    '--shots=10', '--seeds=0', '--methods=afedcl',
                    '--model=mlp', '--client_counts=2',
                    '--total_samples=20', '--write_only',
                    f'--output_dir={tmp_path / "narrowed"}'], timeout=300)
   assert narrowed.returncode == 0, narrowed.stdout[-3000:]
-  assert ('Fig. 9: the sweep runs --sweep_methods=afedcl,fedavg,fedrep,'
-          'fedala, not --methods; they include fedavg, fedrep, fedala'
-          in narrowed.stdout), narrowed.stdout[-3000:]
-  # ... and says nothing when Fig. 9 trains no cell of its own: its only
-  # backbone is --model, and there are no client counts.
+  for part in ('Fig. 9 uses afedcl, fedavg, fedrep, fedala (chosen by '
+               '--sweep_methods, not --methods), including fedavg, fedrep, '
+               'fedala, which --methods leaves out',
+               'Fig. 7 (t-SNE) uses fedavg, fedrep, fedala, afedcl (chosen '
+               'by --tsne_methods',
+               'Figs. 4 and 10 (ablation) uses afedcl:dcc=0, afedcl:caa=0, '
+               'afedcl:aff=0 (chosen by --ablation'):
+    assert part in narrowed.stdout, (part, narrowed.stdout[-3000:])
+  # ... and says nothing of Fig. 9 when it has no cell of its own (its
+  # only backbone is --model, and there are no client counts), nor of
+  # parts whose methods were chosen.
   same = _run(['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
                '--seeds=0', '--methods=afedcl', '--model=mlp',
-               '--backbones=mlp', '--write_only',
+               '--backbones=mlp', '--tsne_methods=afedcl,fedavg',
+               '--ablation=afedcl:dcc=0', '--write_only',
                f'--output_dir={tmp_path / "same"}'], timeout=300)
   assert same.returncode == 0, same.stdout[-3000:]
   assert 'not --methods' not in same.stdout, same.stdout[-3000:]

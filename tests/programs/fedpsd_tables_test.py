@@ -262,7 +262,7 @@ def test_a_mean_over_fewer_seeds_than_asked_says_so(tmp_path):
     assert text == '60.00 ± 10.00' and not missing
 
 
-def test_a_narrowed_methods_flag_warns_that_the_sweeps_use_their_own(
+def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
     caplog):
   from absl import flags  # pylint: disable=g-import-not-at-top
   from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
@@ -270,31 +270,45 @@ def test_a_narrowed_methods_flag_warns_that_the_sweeps_use_their_own(
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
 
-  def warnings(**overrides):
+  def warnings(part, **overrides):
     caplog.clear()
     with flagsaver.flagsaver(**overrides):
-      fedpsd_tables.warn_sweep_methods()
+      fedpsd_tables.warn_methods_beyond()
     return [r.getMessage() for r in caplog.records
-            if r.levelname == 'WARNING']
+            if r.levelname == 'WARNING' and r.getMessage().startswith(part)]
 
+  figs = 'Figs. 4 and 5'
   # --methods narrowed, a sweep asked for, --sweep_methods left alone.
-  found = warnings(methods=['fedpsd'], epoch_sweep=['1'])
-  assert len(found) == 1
-  assert found[0].startswith('Figs. 4 and 5: the sweep runs '
-                              '--sweep_methods=fedavg,fedntd,fedlmd,fedpsd, '
-                              'not --methods;')
-  assert 'they include fedavg, fedntd, fedlmd, which' in found[0]
+  found = warnings(figs, methods=['fedpsd'], epoch_sweep=['1'])
+  assert found == ['Figs. 4 and 5 uses fedavg, fedntd, fedlmd, fedpsd '
+                   '(chosen by --sweep_methods, not --methods), including '
+                   'fedavg, fedntd, fedlmd, which --methods leaves out; set '
+                   '--sweep_methods to choose.']
   # The same for Fig. 5.
-  assert warnings(methods=['fedpsd'], participation_sweep=['0.2'])
+  assert warnings(figs, methods=['fedpsd'], participation_sweep=['0.2'])
   # Silent: no sweep; a sweep at the main grid's value only (its cells
   # are the main grid's); --sweep_methods chosen; --methods covers them.
-  assert not warnings(methods=['fedpsd'])
-  assert not warnings(methods=['fedpsd'], epoch_sweep=['5'], local_epochs=5)
-  assert not warnings(methods=['fedpsd'], participation_sweep=['0.1'],
+  assert not warnings(figs, methods=['fedpsd'])
+  assert not warnings(figs, methods=['fedpsd'], epoch_sweep=['5'],
+                      local_epochs=5)
+  assert not warnings(figs, methods=['fedpsd'], participation_sweep=['0.1'],
                       participation_rate=0.1)
-  assert not warnings(methods=['fedpsd'], epoch_sweep=['1'],
+  assert not warnings(figs, methods=['fedpsd'], epoch_sweep=['1'],
                       sweep_methods=['fedpsd'])
-  assert not warnings(methods=['fedavg', 'fedntd', 'fedlmd', 'fedpsd',
-                               'fedprox'], epoch_sweep=['1'])
+  assert not warnings(figs, methods=['fedavg', 'fedntd', 'fedlmd', 'fedpsd',
+                                     'fedprox'], epoch_sweep=['1'])
   # Default --methods: nothing was narrowed.
-  assert not warnings(epoch_sweep=['1'])
+  assert not warnings('', epoch_sweep=['1'], architectures=['resnet10'])
+  # Table VI's ablation runs by default, FedAvg and FedPSD with it.
+  table6 = warnings('Table VI', methods=['fedpsd'])
+  assert len(table6) == 1 and table6[0].startswith(
+      'Table VI (ablation at cifar10:shards=2,cifar10:dirichlet=0.05) uses fedavg, '
+      'fedpsd, fedpsd:rhpk=true;psd=false;cll=false, '), table6
+  assert 'including fedavg, fedpsd:rhpk=true;psd=false;cll=false, ' in (
+      table6[0])
+  assert not warnings('Table VI', methods=['fedpsd'], ablation_settings=[])
+  # Table VII only with --architectures.
+  assert not warnings('Table VII', methods=['fedpsd'])
+  table7 = warnings('Table VII', methods=['fedpsd'],
+                    architectures=['resnet10'])
+  assert len(table7) == 1 and 'including fedavg, fedprox' in table7[0]

@@ -297,24 +297,31 @@ def test_fig9_bars_mark_a_mean_over_fewer_seeds_than_asked():
   plt.close(fig2)
 
 
-def test_warn_sweep_methods_only_when_narrowed_methods_leave_some_out(
+def test_warn_methods_beyond_only_when_narrowed_methods_leave_some_out(
     caplog):
   fv = flags.FlagValues()
   flags.DEFINE_list('methods', ['a', 'b', 'c'], '', flag_values=fv)
   flags.DEFINE_list('sweep_methods', ['b', 'c'], '', flag_values=fv)
 
-  def warnings(argv):
+  def warnings(argv, methods=None):
     fv.unparse_flags()
     fv(['prog'] + argv)
     caplog.clear()
-    grid.warn_sweep_methods(fv, 'Fig. 9')
+    grid.warn_methods_beyond(fv, 'Fig. 9', 'sweep_methods',
+                             fv.sweep_methods if methods is None else methods)
     return [r.getMessage() for r in caplog.records
             if r.levelname == 'WARNING']
 
   found = warnings(['--methods=b'])
-  assert found == ['Fig. 9: the sweep runs --sweep_methods=b,c, not '
-                   '--methods; they include c, which --methods leaves out; '
-                   'pass --sweep_methods to choose them.']
+  assert found == ['Fig. 9 uses b, c (chosen by --sweep_methods, not '
+                   '--methods), including c, which --methods leaves out; '
+                   'set --sweep_methods to choose.']
   assert not warnings([])                                # nothing narrowed
   assert not warnings(['--methods=c,b'])                 # covers them all
   assert not warnings(['--methods=a', '--sweep_methods=b,c'])  # chosen
+  # The methods the part uses need not be the flag's own values (FedPSD's
+  # ablation is chosen by its settings); each is named once.
+  assert warnings(['--methods=a'], ['a', 'd', 'd']) == [
+      'Fig. 9 uses a, d (chosen by --sweep_methods, not --methods), '
+      'including d, which --methods leaves out; set --sweep_methods to '
+      'choose.']
