@@ -66,8 +66,9 @@ flags.DEFINE_list('methods', ['afedcl', 'nofl', 'fedavg', 'fedprox', 'fedper',
                   'Methods (name[:param=value;...]).')
 flags.DEFINE_list('ablation', ['afedcl:dcc=0', 'afedcl:caa=0',
                                'afedcl:aff=0'],
-                  'AFedCL ablation variants run for Figs. 4 and 10 (first '
-                  'partition, first shots); --methods does not limit them.')
+                  'AFedCL ablation variants, run at the first partition '
+                  'and shots (Fig. 4 plots afedcl:dcc=0, Fig. 10 the three '
+                  'defaults); --methods does not limit them.')
 flags.DEFINE_list('lambdas', [], 'If given, lambda sweep for AFedCL and '
                   'Ditto (Fig. 8), e.g. 0.01,0.1,1.')
 flags.DEFINE_list('tsne_methods', ['fedavg', 'fedrep', 'fedala', 'afedcl'],

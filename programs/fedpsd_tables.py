@@ -126,7 +126,8 @@ flags.DEFINE_string('architecture_setting', 'cifar10:shards=2',
                     'Setting of Table VII.')
 flags.DEFINE_list('architecture_methods', ['fedavg', 'fedprox', 'fedcurv',
                                            'fedntd', 'fedlmd', 'fedpsd'],
-                  'Methods of Table VII (--methods does not limit them).')
+                  'Methods of Table VII (with --architectures; --methods '
+                  'does not limit them).')
 flags.DEFINE_list('epoch_sweep', [], 'Local epochs for Fig. 4, e.g. '
                   '1,3,10,20 (5 comes from the main grid).')
 flags.DEFINE_list('participation_sweep', [], 'Participation rates for '
@@ -379,6 +380,7 @@ def _as_float(value: str) -> float:
 
 class Sweep(NamedTuple):
   """One of Figs. 4 and 5: a config value swept at the first setting."""
+  figure: str                            # 'Fig. 4', for messages
   values: list[str]                      # the flag's swept values
   variant: Callable[[float], str]        # cell-folder suffix of a value
   label: str                             # axis label
@@ -390,10 +392,10 @@ def sweeps() -> dict[str, Sweep]:
   """Figs. 4 and 5 by output file name."""
   return {
       'fig4_local_epochs': Sweep(
-          FLAGS.epoch_sweep, lambda e: f'E{int(e)}', 'local epochs',
+          'Fig. 4', FLAGS.epoch_sweep, lambda e: f'E{int(e)}', 'local epochs',
           float(FLAGS.local_epochs), lambda e: {'local_epochs': int(e)}),
       'fig5_participation': Sweep(
-          FLAGS.participation_sweep, lambda r: f'rate{r:g}',
+          'Fig. 5', FLAGS.participation_sweep, lambda r: f'rate{r:g}',
           'participation rate', FLAGS.participation_rate,
           lambda r: {'participation_rate': r}),
   }
@@ -421,16 +423,17 @@ def warn_methods_beyond() -> None:
   ablation, Table VII, Figs. 4 and 5) that uses methods a narrowed
   --methods leaves out (`grid.warn_methods_beyond`).
   """
-  if FLAGS.ablation_settings:
-    grid.warn_methods_beyond(
-        FLAGS, f'Table VI (ablation at {",".join(FLAGS.ablation_settings)})',
-        'ablation_settings', ABLATION_BASES + FLAGS.ablation)
+  # An empty --ablation_settings is given on the command line: no warning.
+  grid.warn_methods_beyond(
+      FLAGS, f'Table VI (ablation at {",".join(FLAGS.ablation_settings)})',
+      'ablation_settings', ABLATION_BASES + FLAGS.ablation)
   if FLAGS.architectures:
     grid.warn_methods_beyond(FLAGS, 'Table VII', 'architecture_methods',
                              FLAGS.architecture_methods)
-  if any(variant for sweep in sweeps().values()
-         for _, variant in sweep_points(sweep)):
-    grid.warn_methods_beyond(FLAGS, 'Figs. 4 and 5', 'sweep_methods',
+  figures = [sweep.figure for sweep in sweeps().values()
+             if any(variant for _, variant in sweep_points(sweep))]
+  if figures:
+    grid.warn_methods_beyond(FLAGS, ' and '.join(figures), 'sweep_methods',
                              FLAGS.sweep_methods)
 
 

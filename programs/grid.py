@@ -292,13 +292,11 @@ def warn_methods_beyond(flag_values: flags.FlagValues, what: str,
   if (flag_values['methods'].using_default_value
       or not flag_values[list_flag].using_default_value):
     return
-  methods = list(dict.fromkeys(methods))
-  extra = [m for m in methods if m not in flag_values.methods]
+  extra = [m for m in dict.fromkeys(methods) if m not in flag_values.methods]
   if extra:
     logging.warning(
-        '%s uses %s (chosen by --%s, not --methods), including %s, which '
-        '--methods leaves out; set --%s to choose.', what,
-        ', '.join(methods), list_flag, ', '.join(extra), list_flag)
+        '%s: uses %s, not in --methods (--methods does not limit this '
+        'part; give --%s to choose).', what, ', '.join(extra), list_flag)
 
 
 def run_cell(config: experiment.ExperimentConfig,

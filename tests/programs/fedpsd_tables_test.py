@@ -277,15 +277,18 @@ def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
     return [r.getMessage() for r in caplog.records
             if r.levelname == 'WARNING' and r.getMessage().startswith(part)]
 
-  figs = 'Figs. 4 and 5'
+  figs = 'Fig. '
   # --methods narrowed, a sweep asked for, --sweep_methods left alone.
   found = warnings(figs, methods=['fedpsd'], epoch_sweep=['1'])
-  assert found == ['Figs. 4 and 5 uses fedavg, fedntd, fedlmd, fedpsd '
-                   '(chosen by --sweep_methods, not --methods), including '
-                   'fedavg, fedntd, fedlmd, which --methods leaves out; set '
-                   '--sweep_methods to choose.']
-  # The same for Fig. 5.
-  assert warnings(figs, methods=['fedpsd'], participation_sweep=['0.2'])
+  assert found == ['Fig. 4: uses fedavg, fedntd, fedlmd, not in --methods '
+                   '(--methods does not limit this part; give '
+                   '--sweep_methods to choose).']
+  # The same for Fig. 5, and for both.
+  assert warnings(figs, methods=['fedpsd'], participation_sweep=['0.2'])[
+      0].startswith('Fig. 5: uses fedavg, fedntd, fedlmd, not in')
+  assert warnings(figs, methods=['fedpsd'], epoch_sweep=['1'],
+                  participation_sweep=['0.2'])[0].startswith(
+                      'Fig. 4 and Fig. 5: uses fedavg,')
   # Silent: no sweep; a sweep at the main grid's value only (its cells
   # are the main grid's); --sweep_methods chosen; --methods covers them.
   assert not warnings(figs, methods=['fedpsd'])
@@ -300,15 +303,22 @@ def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
   # Default --methods: nothing was narrowed.
   assert not warnings('', epoch_sweep=['1'], architectures=['resnet10'])
   # Table VI's ablation runs by default, FedAvg and FedPSD with it.
-  table6 = warnings('Table VI', methods=['fedpsd'])
-  assert len(table6) == 1 and table6[0].startswith(
-      'Table VI (ablation at cifar10:shards=2,cifar10:dirichlet=0.05) uses fedavg, '
-      'fedpsd, fedpsd:rhpk=true;psd=false;cll=false, '), table6
-  assert 'including fedavg, fedpsd:rhpk=true;psd=false;cll=false, ' in (
-      table6[0])
+  assert warnings('Table VI', methods=['fedpsd']) == [
+      'Table VI (ablation at cifar10:shards=2,cifar10:dirichlet=0.05): uses '
+      'fedavg, fedpsd:rhpk=true;psd=false;cll=false, '
+      'fedpsd:rhpk=true;psd=true;cll=false, not in --methods (--methods '
+      'does not limit this part; give --ablation_settings to choose).']
+  # Silent when its settings are given, none or some.
   assert not warnings('Table VI', methods=['fedpsd'], ablation_settings=[])
-  # Table VII only with --architectures.
+  assert not warnings('Table VI', methods=['fedpsd'],
+                      ablation_settings=['cifar10:shards=2'])
+  # Table VII only with --architectures, and not when its methods are given.
   assert not warnings('Table VII', methods=['fedpsd'])
-  table7 = warnings('Table VII', methods=['fedpsd'],
-                    architectures=['resnet10'])
-  assert len(table7) == 1 and 'including fedavg, fedprox' in table7[0]
+  assert warnings('Table VII', methods=['fedpsd'],
+                  architectures=['resnet10']) == [
+      'Table VII: uses fedavg, fedprox, fedcurv, fedntd, fedlmd, not in '
+      '--methods (--methods does not limit this part; give '
+      '--architecture_methods to choose).']
+  assert not warnings('Table VII', methods=['fedpsd'],
+                      architectures=['resnet10'],
+                      architecture_methods=['fedavg', 'fedpsd'])

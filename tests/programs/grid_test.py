@@ -313,15 +313,13 @@ def test_warn_methods_beyond_only_when_narrowed_methods_leave_some_out(
             if r.levelname == 'WARNING']
 
   found = warnings(['--methods=b'])
-  assert found == ['Fig. 9 uses b, c (chosen by --sweep_methods, not '
-                   '--methods), including c, which --methods leaves out; '
-                   'set --sweep_methods to choose.']
+  assert found == ['Fig. 9: uses c, not in --methods (--methods does not '
+                   'limit this part; give --sweep_methods to choose).']
   assert not warnings([])                                # nothing narrowed
   assert not warnings(['--methods=c,b'])                 # covers them all
   assert not warnings(['--methods=a', '--sweep_methods=b,c'])  # chosen
   # The methods the part uses need not be the flag's own values (FedPSD's
   # ablation is chosen by its settings); each is named once.
-  assert warnings(['--methods=a'], ['a', 'd', 'd']) == [
-      'Fig. 9 uses a, d (chosen by --sweep_methods, not --methods), '
-      'including d, which --methods leaves out; set --sweep_methods to '
-      'choose.']
+  assert warnings(['--methods=a'], ['a', 'd', 'e', 'd']) == [
+      'Fig. 9: uses d, e, not in --methods (--methods does not limit this '
+      'part; give --sweep_methods to choose).']
