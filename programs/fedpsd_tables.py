@@ -467,9 +467,13 @@ def rounds_cell(seeds, key):
     for seed in seeds:
       base = grid.load_summary(cell_dir(setting, seed, 'fedavg'))
       this = grid.load_summary(cell_dir(setting, seed, method))
-      if (base is None or this is None or key not in base['final_round']
-          or key not in this['final_round']):
+      if this is None or key not in this['final_round']:
         missing.append(f'{method} {setting} seed={seed}')
+        continue
+      if base is None or key not in base['final_round']:
+        # The target is FedAvg's, which --methods may leave out.
+        missing.append(f'{method} {setting} seed={seed} (its target, '
+                       'the fedavg cell)')
         continue
       found = rounds_to_target(setting, seed, method, key,
                                base['final_round'][key])

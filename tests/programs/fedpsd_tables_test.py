@@ -260,6 +260,18 @@ def test_a_mean_over_fewer_seeds_than_asked_says_so(tmp_path):
     text, _, missing = fedpsd_tables.accuracy_cell([0, 1], key)(
         'fedavg', 'digits:shards=2')
     assert text == '60.00 ± 10.00' and not missing
+    # Tables IV / V: a method's rounds to FedAvg's final accuracy need
+    # FedAvg's cell; the list says which cell is missing.
+    cell = fedpsd_tables.cell_dir('digits:shards=2', 2, 'fedpsd')
+    os.makedirs(cell)
+    with open(os.path.join(cell, 'summary.json'), 'w') as f:
+      json.dump({'final_round': {'round': 2, key: 0.6}}, f)
+    text, _, missing = fedpsd_tables.rounds_cell([1, 2], key)(
+        'fedpsd', 'digits:shards=2')
+    assert text == '-'
+    assert missing == [
+        'fedpsd digits:shards=2 seed=1',
+        'fedpsd digits:shards=2 seed=2 (its target, the fedavg cell)']
 
 
 def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
