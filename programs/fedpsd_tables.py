@@ -347,7 +347,7 @@ def write_table(name, title, rows, columns, cell_fn) -> None:
     for col in columns:
       text, values, miss = cell_fn(row, col)
       cells.append(text)
-      missing += miss
+      missing += [m for m in miss if m not in missing]
       if values:
         csv.append(f'{row},{col},{np.mean(values)},{np.std(values)},'
                    f'{len(values)}')
@@ -472,8 +472,7 @@ def rounds_cell(seeds, key):
         continue
       if base is None or key not in base['final_round']:
         # The target is FedAvg's, which --methods may leave out.
-        missing.append(f'{method} {setting} seed={seed} (its target, '
-                       'the fedavg cell)')
+        missing.append(f'fedavg {setting} seed={seed} (the target)')
         continue
       found = rounds_to_target(setting, seed, method, key,
                                base['final_round'][key])

@@ -269,9 +269,18 @@ def test_a_mean_over_fewer_seeds_than_asked_says_so(tmp_path):
     text, _, missing = fedpsd_tables.rounds_cell([1, 2], key)(
         'fedpsd', 'digits:shards=2')
     assert text == '-'
-    assert missing == [
-        'fedpsd digits:shards=2 seed=1',
-        'fedpsd digits:shards=2 seed=2 (its target, the fedavg cell)']
+    assert missing == ['fedpsd digits:shards=2 seed=1',
+                       'fedavg digits:shards=2 seed=2 (the target)']
+    # A cell missing for several rows is listed once under the table.
+    cell = fedpsd_tables.cell_dir('digits:shards=2', 2, 'fedntd')
+    os.makedirs(cell)
+    with open(os.path.join(cell, 'summary.json'), 'w') as f:
+      json.dump({'final_round': {'round': 2, key: 0.6}}, f)
+    fedpsd_tables.write_table('table4', 'T', ['fedntd', 'fedpsd'],
+                              ['digits:shards=2'],
+                              fedpsd_tables.rounds_cell([2], key))
+    assert (tmp_path / 'table4.md').read_text().splitlines()[-1] == (
+        'Missing runs: fedavg digits:shards=2 seed=2 (the target)')
 
 
 def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
@@ -296,11 +305,11 @@ def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
                    '(--methods does not limit this part; give '
                    '--sweep_methods to choose).']
   # The same for Fig. 5, and for both.
-  assert warnings(figs, methods=['fedpsd'], participation_sweep=['0.2'])[
-      0].startswith('Fig. 5: uses fedavg, fedntd, fedlmd, not in')
-  assert warnings(figs, methods=['fedpsd'], epoch_sweep=['1'],
-                  participation_sweep=['0.2'])[0].startswith(
-                      'Fig. 4 and Fig. 5: uses fedavg,')
+  fig5 = warnings(figs, methods=['fedpsd'], participation_sweep=['0.2'])
+  assert fig5[0].startswith('Fig. 5: uses fedavg, fedntd, fedlmd, not in')
+  both = warnings(figs, methods=['fedpsd'], epoch_sweep=['1'],
+                  participation_sweep=['0.2'])
+  assert both[0].startswith('Fig. 4 and Fig. 5: uses fedavg,')
   # Silent: no sweep; a sweep at the main grid's value only (its cells
   # are the main grid's); --sweep_methods chosen; --methods covers them.
   assert not warnings(figs, methods=['fedpsd'])
