@@ -427,12 +427,12 @@ def warn_methods_beyond(counts: list[int]) -> None:
   """Warns for each part of the grid beyond Table II (Figs. 4, 7, 9, 10) that
   uses methods a narrowed --methods leaves out (`grid.warn_methods_beyond`).
   """
-  grid.warn_methods_beyond(FLAGS, 'Fig. 7 (t-SNE)', 'tsne_methods',
+  grid.warn_methods_beyond(FLAGS, 'Fig. 7 (t-SNE)', ('tsne_methods',),
                            FLAGS.tsne_methods)
-  grid.warn_methods_beyond(FLAGS, 'Figs. 4 and 10 (ablation)', 'ablation',
+  grid.warn_methods_beyond(FLAGS, 'Figs. 4 and 10 (ablation)', ('ablation',),
                            FLAGS.ablation)
   if fig9_backbones() or counts:
-    grid.warn_methods_beyond(FLAGS, 'Fig. 9', 'sweep_methods',
+    grid.warn_methods_beyond(FLAGS, 'Fig. 9', ('sweep_methods',),
                              FLAGS.sweep_methods)
 
 

@@ -89,8 +89,6 @@ METHODS = ['fedavg', 'fedprox', 'fedcurv', 'fednova', 'scaffold', 'moon',
            'fedntd', 'fedlmd', 'fedpsd']
 ABLATION = ['fedpsd:rhpk=true;psd=false;cll=false',
             'fedpsd:rhpk=true;psd=true;cll=false']
-# Table VI's rows around the ablation variants: FedAvg and full FedPSD.
-ABLATION_BASES = ['fedavg', 'fedpsd']
 # The baselines' hyperparameters in this grid. The paper gives none; its
 # setting (Sec. V-C, also sharding S=2, the SimpleCNN and the x0.99
 # schedule) is the one of FedNTD's released configs (Lee-Gihun/FedNTD,
@@ -418,6 +416,11 @@ def check_sweeps(settings: list[str]) -> None:
                            f'(0, 1], got {value!r}.')
 
 
+def ablation_methods() -> list[str]:
+  """Table VI's rows: FedAvg, the --ablation variants, full FedPSD."""
+  return list(dict.fromkeys(['fedavg'] + FLAGS.ablation + ['fedpsd']))
+
+
 def warn_methods_beyond() -> None:
   """Warns for each part of the grid beyond the main tables (Table VI's
   ablation, Table VII, Figs. 4 and 5) that uses methods a narrowed
@@ -426,15 +429,15 @@ def warn_methods_beyond() -> None:
   # An empty --ablation_settings is given on the command line: no warning.
   grid.warn_methods_beyond(
       FLAGS, f'Table VI (ablation at {",".join(FLAGS.ablation_settings)})',
-      'ablation_settings', ABLATION_BASES + FLAGS.ablation)
+      ('ablation', 'ablation_settings'), ablation_methods())
   if FLAGS.architectures:
-    grid.warn_methods_beyond(FLAGS, 'Table VII', 'architecture_methods',
+    grid.warn_methods_beyond(FLAGS, 'Table VII', ('architecture_methods',),
                              FLAGS.architecture_methods)
   figures = [sweep.figure for sweep in sweeps().values()
              if any(variant for _, variant in sweep_points(sweep))]
   if figures:
-    grid.warn_methods_beyond(FLAGS, ' and '.join(figures), 'sweep_methods',
-                             FLAGS.sweep_methods)
+    grid.warn_methods_beyond(FLAGS, ' and '.join(figures),
+                             ('sweep_methods',), FLAGS.sweep_methods)
 
 
 def sweep_points(sweep: Sweep) -> list[tuple[float, str]]:
@@ -521,8 +524,7 @@ def write_tables(settings, seeds) -> None:
               rounds_cell(seeds, server_key))
   write_table('table6',
               f'Table VI: ablation, average client top-1 (%){reading()}',
-              ['fedavg'] + FLAGS.ablation + ['fedpsd'],
-              FLAGS.ablation_settings, cell)
+              ablation_methods(), FLAGS.ablation_settings, cell)
   if FLAGS.architectures:
     archs = list(dict.fromkeys([FLAGS.model] + FLAGS.architectures))
 
@@ -629,7 +631,7 @@ def main(argv):
     run_cells(setting, seeds, FLAGS.methods)
     write_tables(settings, seeds)
   for setting in FLAGS.ablation_settings:
-    run_cells(setting, seeds, ABLATION_BASES + FLAGS.ablation)
+    run_cells(setting, seeds, ablation_methods())
   if FLAGS.architectures:
     # Table VII's --model column, also where the main grid does not have
     # --architecture_setting (finished cells are skipped).

@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Optional
 
 from absl import app
@@ -270,7 +270,8 @@ def eval_logger(label: str, rounds: int) -> Callable[[int, dict], None]:
 
 
 def warn_methods_beyond(flag_values: flags.FlagValues, what: str,
-                        list_flag: str, methods: Collection[str]) -> None:
+                        choosers: Sequence[str],
+                        methods: Collection[str]) -> None:
   """Warns when --methods is narrowed but a part of the grid uses others.
 
   Parts of a paper grid beyond its main table (the sweep figures, the
@@ -283,20 +284,22 @@ def warn_methods_beyond(flag_values: flags.FlagValues, what: str,
 
   Args:
     flag_values: the program's parsed flags, with a `methods` list flag and
-      `list_flag`.
+      each of `choosers`.
     what: the part of the grid, for the message (e.g. 'Fig. 9').
-    list_flag: the flag that chooses the part's methods or cells; a value
-      given for it on the command line is taken as chosen (no warning).
+    choosers: the flags that choose the part's methods or cells (e.g. its
+      variants and its settings); a value given on the command line for
+      any of them is taken as chosen (no warning).
     methods: the methods the part uses.
   """
   if (flag_values['methods'].using_default_value
-      or not flag_values[list_flag].using_default_value):
+      or not all(flag_values[name].using_default_value for name in choosers)):
     return
   extra = [m for m in dict.fromkeys(methods) if m not in flag_values.methods]
   if extra:
     logging.warning(
         '%s: uses %s, not in --methods (--methods does not limit this '
-        'part; give --%s to choose).', what, ', '.join(extra), list_flag)
+        'part; give %s to choose).', what, ', '.join(extra),
+        ' or '.join(f'--{name}' for name in choosers))
 
 
 def run_cell(config: experiment.ExperimentConfig,

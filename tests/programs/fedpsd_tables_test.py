@@ -42,7 +42,10 @@ def test_grid_writes_tables_and_resumes(tmp_path):
   assert '| fedpsd |' in table1 and 'Missing' not in table1
   assert 'No setting' in (tmp_path / 'table2.md').read_text()
   table6 = (tmp_path / 'table6.md').read_text()
-  assert '| fedpsd:psd=false |' in table6
+  # FedAvg, the --ablation variants, full FedPSD (Table VI's row order).
+  assert [line.split('|')[1].strip() for line in table6.splitlines()
+          if line.startswith('| fed')] == ['fedavg', 'fedpsd:psd=false',
+                                           'fedpsd']
   rows = (tmp_path / 'table4.csv').read_text().splitlines()
   assert rows[0] == 'method,column,value,std,n'
   # Each method's value is the first evaluated round whose average client
@@ -328,8 +331,12 @@ def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
       'Table VI (ablation at cifar10:shards=2,cifar10:dirichlet=0.05): uses '
       'fedavg, fedpsd:rhpk=true;psd=false;cll=false, '
       'fedpsd:rhpk=true;psd=true;cll=false, not in --methods (--methods '
-      'does not limit this part; give --ablation_settings to choose).']
-  # Silent when its settings are given, none or some.
+      'does not limit this part; give --ablation or --ablation_settings '
+      'to choose).']
+  # Silent when its variants or its settings are given, none or some.
+  assert not warnings('Table VI', methods=['fedpsd'], ablation=[])
+  assert not warnings('Table VI', methods=['fedpsd'],
+                      ablation=fedpsd_tables.ABLATION[:1])
   assert not warnings('Table VI', methods=['fedpsd'], ablation_settings=[])
   assert not warnings('Table VI', methods=['fedpsd'],
                       ablation_settings=['cifar10:shards=2'])

@@ -302,12 +302,13 @@ def test_warn_methods_beyond_only_when_narrowed_methods_leave_some_out(
   fv = flags.FlagValues()
   flags.DEFINE_list('methods', ['a', 'b', 'c'], '', flag_values=fv)
   flags.DEFINE_list('sweep_methods', ['b', 'c'], '', flag_values=fv)
+  flags.DEFINE_list('sweep_settings', ['s'], '', flag_values=fv)
 
-  def warnings(argv, methods=None):
+  def warnings(argv, methods=None, choosers=('sweep_methods',)):
     fv.unparse_flags()
     fv(['prog'] + argv)
     caplog.clear()
-    grid.warn_methods_beyond(fv, 'Fig. 9', 'sweep_methods',
+    grid.warn_methods_beyond(fv, 'Fig. 9', choosers,
                              fv.sweep_methods if methods is None else methods)
     return [r.getMessage() for r in caplog.records
             if r.levelname == 'WARNING']
@@ -323,3 +324,10 @@ def test_warn_methods_beyond_only_when_narrowed_methods_leave_some_out(
   assert warnings(['--methods=a'], ['a', 'd', 'e', 'd']) == [
       'Fig. 9: uses d, e, not in --methods (--methods does not limit this '
       'part; give --sweep_methods to choose).']
+  # A part chosen by several flags: any one given is a choice.
+  both = ('sweep_methods', 'sweep_settings')
+  assert warnings(['--methods=b'], choosers=both) == [
+      'Fig. 9: uses c, not in --methods (--methods does not limit this '
+      'part; give --sweep_methods or --sweep_settings to choose).']
+  assert not warnings(['--methods=b', '--sweep_settings=t'], choosers=both)
+  assert not warnings(['--methods=b', '--sweep_methods=b,c'], choosers=both)
