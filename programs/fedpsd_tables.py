@@ -112,7 +112,8 @@ flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds.')
 flags.DEFINE_list('methods', METHODS, 'Methods (name[:param=value;...]).')
 flags.DEFINE_list('ablation', ABLATION, 'FedPSD ablation variants (Table '
                   'VI; they run with FedAvg and full FedPSD at '
-                  '--ablation_settings, whatever --methods says).')
+                  '--ablation_settings, whatever --methods says; empty: no '
+                  'ablation).')
 flags.DEFINE_list('ablation_settings', ['cifar10:shards=2',
                                         'cifar10:dirichlet=0.05'],
                   'Settings of Table VI (empty: no ablation).')
@@ -417,8 +418,15 @@ def check_sweeps(settings: list[str]) -> None:
 
 
 def ablation_methods() -> list[str]:
-  """Table VI's rows: FedAvg, the --ablation variants, full FedPSD."""
+  """Table VI's rows: FedAvg, the --ablation variants, full FedPSD (each
+  once, where it first comes)."""
   return list(dict.fromkeys(['fedavg'] + FLAGS.ablation + ['fedpsd']))
+
+
+def ablation_settings() -> list[str]:
+  """Table VI's settings: --ablation_settings, none with an empty
+  --ablation (FedAvg and FedPSD alone are no ablation)."""
+  return FLAGS.ablation_settings if FLAGS.ablation else []
 
 
 def warn_methods_beyond() -> None:
@@ -426,10 +434,10 @@ def warn_methods_beyond() -> None:
   ablation, Table VII, Figs. 4 and 5) that uses methods a narrowed
   --methods leaves out (`grid.warn_methods_beyond`).
   """
-  # An empty --ablation_settings is given on the command line: no warning.
-  grid.warn_methods_beyond(
-      FLAGS, f'Table VI (ablation at {",".join(FLAGS.ablation_settings)})',
-      ('ablation', 'ablation_settings'), ablation_methods())
+  if ablation_settings():
+    grid.warn_methods_beyond(
+        FLAGS, f'Table VI (ablation at {",".join(ablation_settings())})',
+        ('ablation', 'ablation_settings'), ablation_methods())
   if FLAGS.architectures:
     grid.warn_methods_beyond(FLAGS, 'Table VII', ('architecture_methods',),
                              FLAGS.architecture_methods)
@@ -524,7 +532,7 @@ def write_tables(settings, seeds) -> None:
               rounds_cell(seeds, server_key))
   write_table('table6',
               f'Table VI: ablation, average client top-1 (%){reading()}',
-              ablation_methods(), FLAGS.ablation_settings, cell)
+              ablation_methods(), ablation_settings(), cell)
   if FLAGS.architectures:
     archs = list(dict.fromkeys([FLAGS.model] + FLAGS.architectures))
 
@@ -615,7 +623,7 @@ def main(argv):
   if not FLAGS.output_dir:
     raise app.UsageError('--output_dir is required.')
   settings = list(FLAGS.settings)
-  for s in settings + FLAGS.ablation_settings + [FLAGS.architecture_setting]:
+  for s in settings + ablation_settings() + [FLAGS.architecture_setting]:
     grid.check_dataset(parse_setting(s)[0])
   for m in (FLAGS.methods + FLAGS.ablation + FLAGS.architecture_methods
             + FLAGS.sweep_methods):
@@ -630,7 +638,7 @@ def main(argv):
   for setting in settings:
     run_cells(setting, seeds, FLAGS.methods)
     write_tables(settings, seeds)
-  for setting in FLAGS.ablation_settings:
+  for setting in ablation_settings():
     run_cells(setting, seeds, ablation_methods())
   if FLAGS.architectures:
     # Table VII's --model column, also where the main grid does not have

@@ -333,8 +333,14 @@ def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
       'fedpsd:rhpk=true;psd=true;cll=false, not in --methods (--methods '
       'does not limit this part; give --ablation or --ablation_settings '
       'to choose).']
-  # Silent when its variants or its settings are given, none or some.
+  # Silent when its variants or its settings are given, none or some; an
+  # empty --ablation is no ablation (no settings, FedAvg and FedPSD do not
+  # run for it).
   assert not warnings('Table VI', methods=['fedpsd'], ablation=[])
+  with flagsaver.flagsaver(ablation=[]):
+    assert fedpsd_tables.ablation_settings() == []
+  assert fedpsd_tables.ablation_settings() == [
+      'cifar10:shards=2', 'cifar10:dirichlet=0.05']
   assert not warnings('Table VI', methods=['fedpsd'],
                       ablation=fedpsd_tables.ABLATION[:1])
   assert not warnings('Table VI', methods=['fedpsd'], ablation_settings=[])

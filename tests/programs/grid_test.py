@@ -319,8 +319,9 @@ def test_warn_methods_beyond_only_when_narrowed_methods_leave_some_out(
   assert not warnings([])                                # nothing narrowed
   assert not warnings(['--methods=c,b'])                 # covers them all
   assert not warnings(['--methods=a', '--sweep_methods=b,c'])  # chosen
-  # The methods the part uses need not be the flag's own values (FedPSD's
-  # ablation is chosen by its settings); each is named once.
+  # The methods the part uses need not be the flags' own values (FedPSD's
+  # Table VI runs FedAvg and FedPSD besides its variants); each is named
+  # once.
   assert warnings(['--methods=a'], ['a', 'd', 'e', 'd']) == [
       'Fig. 9: uses d, e, not in --methods (--methods does not limit this '
       'part; give --sweep_methods to choose).']
