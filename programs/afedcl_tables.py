@@ -23,9 +23,9 @@ k training samples per client) and writes, under --output_dir:
 
 Methods are names from `programs.run --list`, optionally with parameters:
 `afedcl:dcc=0`, `ditto:lambda_=0.01`. Every cell is a resumable run in
-`DIR/<partition>_k<shots>[_<variant>]/seed<seed>/<method>/`; a finished cell (its
-summary.json reports --rounds rounds) is not run again, one with fewer
-rounds resumes and one run with another configuration is refused
+`DIR/<partition>_k<shots>[_<variant>]/seed<seed>/<method>/`; a finished
+cell (its summary.json reports --rounds rounds) is not run again, one with
+fewer rounds resumes and one run with another configuration is refused
 (`grid.needs_run`), so the program can be stopped and restarted at will.
 Example (the paper's NEU-CLS rows; hours on 2 cores):
 

@@ -94,14 +94,16 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   # Seed 2 never ran: the two-seed cells say they lack one.
   proc = _run(['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
                '--seeds=0,1,2', '--methods=fedavg', '--sweep_methods=fedavg',
-               '--model=mlp', '--backbones=resnet10:width=0.5', '--client_counts=2',
+               '--model=mlp', '--backbones=resnet10:width=0.5',
+               '--client_counts=2',
                '--total_samples=20', '--rounds=1', '--write_only',
                f'--output_dir={tmp_path}'], timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:]
   assert 'personalized acc' not in proc.stdout
   fig9a = (tmp_path / 'fig9a_backbones.md').read_text().splitlines()
-  assert fig9a[:3] == ['| method | mlp | resnet10:width=0.5 |', '|---|---|---|',
-                       '| fedavg | 60.00 ± 10.00 (2 of 3 seeds) | 40.00 (1 seed) |']
+  assert fig9a[:3] == [
+      '| method | mlp | resnet10:width=0.5 |', '|---|---|---|',
+      '| fedavg | 60.00 ± 10.00 (2 of 3 seeds) | 40.00 (1 seed) |']
   # Table II marks its two-seed mean the same way.
   table2 = (tmp_path / 'table2.md').read_text().splitlines()
   assert table2[2] == ('| fedavg | 60.00 ± 10.00 (F1 60.00 ± 10.00; '

@@ -201,7 +201,8 @@ def test_baselines_take_fedntd_config_values_and_old_cells_are_refused(
   proc = _run(args)
   assert proc.returncode != 0
   assert ("ran with algorithm_params {'fedprox': {}}, not the "
-          "{'fedprox': {'mu': 1.0}} asked for") in proc.stdout, proc.stdout[-2000:]
+          "{'fedprox': {'mu': 1.0}} asked for") in proc.stdout, (
+              proc.stdout[-2000:])
   # Nor is one whose model was built differently (another architecture).
   (cell / 'summary.json').write_text(json.dumps({
       'config': {'algorithm_params': {'fedprox': {'mu': 1.0}}},

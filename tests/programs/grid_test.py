@@ -1,4 +1,5 @@
-"""Tests for programs.grid (cell bookkeeping; one test trains two tiny cells)."""
+"""Tests for programs.grid (cell bookkeeping; one test trains two tiny
+cells)."""
 
 import dataclasses
 import json

@@ -134,7 +134,8 @@ def test_capping_worker_concurrency_changes_memory_not_results(tmp_path):
                       ('capped', ['--max_concurrent_clients=1'])):
     proc = _run(common + extra + [f'--output_dir={tmp_path / name}'])
     assert proc.returncode == 0, proc.stdout[-3000:]
-    summary = json.loads((tmp_path / name / 'moon' / 'summary.json').read_text())
+    summary = json.loads(
+        (tmp_path / name / 'moon' / 'summary.json').read_text())
     assert summary['config']['max_concurrent_clients'] == (
         1 if extra else None)
   for algo in ('fedavg', 'moon'):
@@ -148,7 +149,8 @@ def test_capping_worker_concurrency_changes_memory_not_results(tmp_path):
   proc = _run(common + ['--max_concurrent_clients=0',
                         f'--output_dir={tmp_path / "zero"}'])
   assert proc.returncode != 0
-  assert '--max_concurrent_clients=0: 0 is not a positive integer' in proc.stdout
+  assert ('--max_concurrent_clients=0: 0 is not a positive integer'
+          in proc.stdout)
 
 
 def test_comparison_table_reads_only_the_summary():

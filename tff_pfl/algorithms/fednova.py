@@ -27,8 +27,8 @@ normalized: they ride along in `normalized.non_trainable` and are averaged
 as in FedAvg.
 
 a_i depends on the client optimizer's momentum, which is read off the
-optimizer (`momentum=None`, default) or, if given, checked against it. A client with non-finite training uploads zeros with weight
-0. FedNova has no personalized model: clients are evaluated with the global
+optimizer (`momentum=None`, default) or, if given, checked against it. A
+client with non-finite training uploads zeros with weight 0. FedNova has no personalized model: clients are evaluated with the global
 model.
 """
 

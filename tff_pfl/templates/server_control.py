@@ -11,7 +11,8 @@ V = sum_j F_j * theta_j. In both, each client uploads two things:
   and folds into its value with a method-specific rule:
   SCAFFOLD c <- c + (1/N) * sum_i delta c_i (Karimireddy et al., Alg. 1,
   line 17), FedCurv (U, V) <- (U, V) + sum_i (delta U_i, delta V_i) (or,
-  with its `fisher_window='previous_round'`, (U, V) <- sum_i (F_i, F_i theta_i)).
+  with its `fisher_window='previous_round'`,
+  (U, V) <- sum_i (F_i, F_i theta_i)).
 
 So the client's upload is `MeanAndSum(mean=..., sum=...)`, and this module
 provides, once for both methods:

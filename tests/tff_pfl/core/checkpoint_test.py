@@ -244,8 +244,8 @@ def test_a_checkpoint_written_by_np_savez_restores_in_leaf_order(tmp_path):
                                      for i, v in enumerate(leaves)})
   (path / 'loop.json').write_text('{"rows": [], "round_num": 3}')
   store = client_state.MemoryStore(initial)
-  restored = checkpoint.CheckpointManager(str(tmp_path / 'ckpt')).restore_latest(
-      [np.zeros(3, np.float32)], store)
+  manager = checkpoint.CheckpointManager(str(tmp_path / 'ckpt'))
+  restored = manager.restore_latest([np.zeros(3, np.float32)], store)
   assert restored.round_num == 3
   for c, leaves in states.items():
     for got, want in zip(store.get(c), leaves):
