@@ -22,7 +22,7 @@ flipped) and writes, under --output_dir:
                   splits (the sample-weighted mean over clients)
   table4.md/.csv  rounds to reach FedAvg's final average client accuracy
   table5.md/.csv  rounds to reach FedAvg's final global accuracy
-  table6.md/.csv  ablation RHPK / PSD / CLL (--ablation_settings)
+  table6.md/.csv  ablation RHPK / PSD / CLL (--ablation at --ablation_settings)
   table7.md/.csv  architectures (--architectures at --architecture_setting)
   fig3_curves_<setting>.png   global and client accuracy per round, mean
                               over the seeds' cells (band: min to max)
@@ -599,17 +599,14 @@ def write_figures(settings, seeds) -> None:
       continue
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for method in FLAGS.sweep_methods:
-      xs, ys = [], []
+      points = []
       for x, variant in sweep_points(sweep):
         acc, _ = final_values(settings[0], seeds, method,
                               PROTOCOLS[FLAGS.client_metric], variant)
-        if acc:
-          xs.append(x)
-          ys.append(100 * np.mean(acc))
-      if xs:
-        ax.plot(xs, ys, 'o-', label=method)
+        points.append((x, [100 * a for a in acc]))
+      grid.draw_seed_line(ax, points, len(seeds), method)
     ax.set_xlabel(sweep.label)
-    ax.set_ylabel('average client top-1 (%)')
+    ax.set_ylabel('average client top-1 (%),\nmean over seeds')
     ax.set_title(settings[0])
     ax.legend(fontsize=7)
     fig.tight_layout()

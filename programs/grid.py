@@ -369,6 +369,27 @@ def mark_partial(ax, x: float, top: float, finished: int,
                 fontsize=6)
 
 
+def draw_seed_line(ax, points: list[tuple[float, list[float]]],
+                   n_seeds: int, label: str) -> None:
+  """A line through the mean over the finished seeds at each x of `points`
+  (x, the finished seeds' values); an x with no finished seed is left out.
+
+  A point over fewer seeds than the `n_seeds` asked for is drawn hollow
+  and labelled 'finished/asked', as `draw_seed_bars` hatches its bar.
+  """
+  found = [(x, float(np.mean(v)), len(v)) for x, v in points if v]
+  if not found:
+    return
+  line, = ax.plot([x for x, _, _ in found], [y for _, y, _ in found], 'o-',
+                  label=label)
+  for x, y, finished in found:
+    if finished < n_seeds:
+      # The line's colour, so that the next method's is not taken.
+      ax.plot([x], [y], 'o', color=line.get_color(), markerfacecolor='white',
+              zorder=line.get_zorder() + 0.1)
+      mark_partial(ax, x, y, finished, n_seeds)
+
+
 def draw_seed_bars(ax, accs: dict[tuple[str, str], list[float]],
                    methods: list[str], columns: list[str],
                    n_seeds: int) -> None:
