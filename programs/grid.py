@@ -360,19 +360,22 @@ def seeds_of(finished: int, asked: int) -> str:
   return f'{finished} of {asked} seeds'
 
 
-def mark_partial(ax, x: float, top: float, finished: int,
-                 asked: int) -> None:
-  """Writes 'finished/asked' above a value that lacks some seeds."""
+def mark_partial(ax, x: float, top: float, finished: int, asked: int,
+                 offset: float = 2) -> None:
+  """Writes 'finished/asked' `offset` points above a value that lacks some
+  seeds."""
   if finished < asked:
-    ax.annotate(f'{finished}/{asked}', (x, top), xytext=(0, 2),
+    ax.annotate(f'{finished}/{asked}', (x, top), xytext=(0, offset),
                 textcoords='offset points', ha='center', va='bottom',
                 fontsize=6)
 
 
 def draw_seed_line(ax, points: list[tuple[float, list[float]]],
                    n_seeds: int, label: str) -> None:
-  """A line through the mean over the finished seeds at each x of `points`
-  (x, the finished seeds' values); an x with no finished seed is left out.
+  """A line through the mean over the finished seeds at each x.
+
+  Each of `points` is (x, the values of its finished seeds); an x with no
+  finished seed is left out.
 
   A point over fewer seeds than the `n_seeds` asked for is drawn hollow
   and labelled 'finished/asked', as `draw_seed_bars` hatches its bar.
@@ -387,7 +390,7 @@ def draw_seed_line(ax, points: list[tuple[float, list[float]]],
       # The line's colour, so that the next method's is not taken.
       ax.plot([x], [y], 'o', color=line.get_color(), markerfacecolor='white',
               zorder=line.get_zorder() + 0.1)
-      mark_partial(ax, x, y, finished, n_seeds)
+      mark_partial(ax, x, y, finished, n_seeds, offset=5)   # above the marker
 
 
 def draw_seed_bars(ax, accs: dict[tuple[str, str], list[float]],
