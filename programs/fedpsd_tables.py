@@ -597,20 +597,30 @@ def write_figures(settings, seeds) -> None:
   for name, sweep in sweeps().items():
     if not sweep.values:
       continue
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    partial = False
     for method in FLAGS.sweep_methods:
       points = []
       for x, variant in sweep_points(sweep):
         acc, _ = final_values(settings[0], seeds, method,
                               PROTOCOLS[FLAGS.client_metric], variant)
         points.append((x, [100 * a for a in acc]))
-      grid.draw_seed_line(ax, points, len(seeds), method)
+      partial |= grid.draw_seed_line(ax, points, len(seeds), method)
+    xs = sorted(x for x, _ in sweep_points(sweep))
+    if len(xs) > 1 and min(np.diff(xs)) >= 0.05 * (xs[-1] - xs[0]):
+      ax.set_xticks(xs, [f'{x:g}' for x in xs])   # ticks at the values run
     ax.set_xlabel(sweep.label)
     ax.set_ylabel('average client top-1 (%),\nmean over seeds')
     ax.set_title(settings[0])
-    ax.legend(fontsize=7)
+    handles, _ = ax.get_legend_handles_labels()
+    if partial:
+      handles.append(grid.partial_seeds_handle(len(seeds)))
+    # Beside the axes, not over them: the sweep's points span the plot.
+    ax.legend(handles=handles, fontsize=7, loc='upper left',
+              bbox_to_anchor=(1.02, 1), borderaxespad=0)
     fig.tight_layout()
-    fig.savefig(os.path.join(FLAGS.output_dir, f'{name}.png'))
+    fig.savefig(os.path.join(FLAGS.output_dir, f'{name}.png'),
+                bbox_inches='tight')
     plt.close(fig)
 
 

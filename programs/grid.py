@@ -371,26 +371,42 @@ def mark_partial(ax, x: float, top: float, finished: int, asked: int,
 
 
 def draw_seed_line(ax, points: list[tuple[float, list[float]]],
-                   n_seeds: int, label: str) -> None:
+                   n_seeds: int, label: str) -> bool:
   """A line through the mean over the finished seeds at each x.
 
   Each of `points` is (x, the values of its finished seeds); an x with no
   finished seed is left out.
 
-  A point over fewer seeds than the `n_seeds` asked for is drawn hollow
-  and labelled 'finished/asked', as `draw_seed_bars` hatches its bar.
+  A point over fewer seeds than the `n_seeds` asked for is drawn hollow,
+  as `draw_seed_bars` hatches its bar. It carries no 'finished/asked' text:
+  a sweep's points of several methods sit fractions of a point apart, where
+  such labels overprint each other whichever side they take; the figure's
+  legend explains the hollow marker (`partial_seeds_handle`) and the
+  Markdown table beside it gives each cell's count.
+
+  Returns whether any point was drawn hollow.
   """
   found = [(x, float(np.mean(v)), len(v)) for x, v in points if v]
   if not found:
-    return
+    return False
   line, = ax.plot([x for x, _, _ in found], [y for _, y, _ in found], 'o-',
                   label=label)
-  for x, y, finished in found:
-    if finished < n_seeds:
-      # The line's colour, so that the next method's is not taken.
-      ax.plot([x], [y], 'o', color=line.get_color(), markerfacecolor='white',
-              zorder=line.get_zorder() + 0.1)
-      mark_partial(ax, x, y, finished, n_seeds, offset=5)   # above the marker
+  partial = [(x, y) for x, y, finished in found if finished < n_seeds]
+  if partial:
+    # The line's colour, so that the next method's is not taken.
+    ax.plot([x for x, _ in partial], [y for _, y in partial], 'o',
+            color=line.get_color(), markerfacecolor='white',
+            zorder=line.get_zorder() + 0.1)
+  return bool(partial)
+
+
+def partial_seeds_handle(n_seeds: int):
+  """A legend entry for `draw_seed_line`'s hollow points."""
+  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
+  return Line2D([], [], marker='o', linestyle='none', color='grey',
+                markerfacecolor='white',
+                label=f'hollow: fewer than {n_seeds} seeds\n'
+                '(count in the table)')
 
 
 def draw_seed_bars(ax, accs: dict[tuple[str, str], list[float]],

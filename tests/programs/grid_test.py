@@ -304,26 +304,31 @@ def test_draw_seed_line_marks_points_over_fewer_seeds():
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   points = [(1, [10.0, 20.0]), (3, [30.0]), (5, [])]
   fig, ax = plt.subplots()
-  grid.draw_seed_line(ax, points, n_seeds=2, label='fedavg')
+  assert grid.draw_seed_line(ax, points, n_seeds=2, label='fedavg')
   line, hollow = ax.lines
   # The line leaves out the x with no finished seed.
   assert list(line.get_xdata()) == [1, 3]
   assert list(line.get_ydata()) == [15.0, 30.0]
   assert line.get_label() == 'fedavg'
-  # The one-seed point is drawn again, hollow, and labelled.
+  # The one-seed point is drawn again, hollow, with no text to overprint.
   assert (list(hollow.get_xdata()), list(hollow.get_ydata())) == ([3], [30.0])
   assert hollow.get_markerfacecolor() == 'white'
   assert hollow.get_markeredgecolor() == line.get_color()
+  assert not ax.texts
   # The next line takes the next colour of the cycle.
-  grid.draw_seed_line(ax, [(1, [5.0, 6.0])], n_seeds=2, label='fedntd')
+  assert not grid.draw_seed_line(ax, [(1, [5.0, 6.0])], n_seeds=2,
+                                 label='fedntd')
   assert matplotlib.colors.same_color(line.get_color(), 'C0')
   assert matplotlib.colors.same_color(ax.lines[-1].get_color(), 'C1')
-  assert [t.get_text() for t in ax.texts] == ['1/2']
+  # The legend entry that explains the hollow marker names the seeds asked.
+  handle = grid.partial_seeds_handle(3)
+  assert handle.get_markerfacecolor() == 'white'
+  assert 'fewer than 3 seeds' in handle.get_label()
   # The full seed count marks nothing; no finished seed draws nothing.
   fig2, ax2 = plt.subplots()
-  grid.draw_seed_line(ax2, points, n_seeds=1, label='fedavg')
-  grid.draw_seed_line(ax2, [(1, [])], n_seeds=1, label='fedntd')
-  assert len(ax2.lines) == 1 and not ax2.texts
+  assert not grid.draw_seed_line(ax2, points, n_seeds=1, label='fedavg')
+  assert not grid.draw_seed_line(ax2, [(1, [])], n_seeds=1, label='fedntd')
+  assert len(ax2.lines) == 1
   plt.close(fig)
   plt.close(fig2)
 
