@@ -599,14 +599,15 @@ def write_figures(settings, seeds) -> None:
       continue
     fig, ax = plt.subplots(figsize=(6.5, 3.5))
     partial = False
+    at = sweep_points(sweep)
     for method in FLAGS.sweep_methods:
       points = []
-      for x, variant in sweep_points(sweep):
+      for x, variant in at:
         acc, _ = final_values(settings[0], seeds, method,
                               PROTOCOLS[FLAGS.client_metric], variant)
         points.append((x, [100 * a for a in acc]))
       partial |= grid.draw_seed_line(ax, points, len(seeds), method)
-    xs = sorted(x for x, _ in sweep_points(sweep))
+    xs = [x for x, _ in at]                      # sorted by sweep_points
     if len(xs) > 1 and min(np.diff(xs)) >= 0.05 * (xs[-1] - xs[0]):
       ax.set_xticks(xs, [f'{x:g}' for x in xs])   # ticks at the values run
     ax.set_xlabel(sweep.label)

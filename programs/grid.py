@@ -360,12 +360,11 @@ def seeds_of(finished: int, asked: int) -> str:
   return f'{finished} of {asked} seeds'
 
 
-def mark_partial(ax, x: float, top: float, finished: int, asked: int,
-                 offset: float = 2) -> None:
-  """Writes 'finished/asked' `offset` points above a value that lacks some
-  seeds."""
+def mark_partial(ax, x: float, top: float, finished: int,
+                 asked: int) -> None:
+  """Writes 'finished/asked' 2 points above a value that lacks some seeds."""
   if finished < asked:
-    ax.annotate(f'{finished}/{asked}', (x, top), xytext=(0, offset),
+    ax.annotate(f'{finished}/{asked}', (x, top), xytext=(0, 2),
                 textcoords='offset points', ha='center', va='bottom',
                 fontsize=6)
 
