@@ -612,7 +612,7 @@ def write_figures(settings, seeds) -> None:
       ax.set_xticks(xs, [f'{x:g}' for x in xs])   # ticks at the values run
     ax.set_xlabel(sweep.label)
     ax.set_ylabel('average client top-1 (%),\nmean over seeds')
-    ax.set_title(settings[0])
+    ax.set_title(settings[0] + reading())   # as the tables' titles say
     handles, _ = ax.get_legend_handles_labels()
     if partial:
       handles.append(grid.partial_seeds_handle(len(seeds)))

@@ -357,3 +357,33 @@ def test_a_narrowed_methods_flag_warns_of_the_parts_that_use_others(
   assert not warnings('Table VII', methods=['fedpsd'],
                       architectures=['resnet10'],
                       architecture_methods=['fedavg', 'fedpsd'])
+
+
+def test_sweep_figures_name_the_final_evals_reading(tmp_path, monkeypatch):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  from programs import fedpsd_tables  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  titles = {}
+  save = figure.Figure.savefig
+
+  def record(fig, path, **kwargs):
+    titles[os.path.basename(path)] = [ax.get_title() for ax in fig.axes]
+    return save(fig, path, **kwargs)
+
+  monkeypatch.setattr(figure.Figure, 'savefig', record)
+  key = 'local_pooled/accuracy_mean'
+  for final_evals, suffix in ((1, ''),
+                              (5, ', mean of the last 5 evaluations')):
+    with flagsaver.flagsaver(output_dir=str(tmp_path), final_evals=final_evals,
+                             methods=['fedavg'], sweep_methods=['fedavg'],
+                             participation_sweep=['0.2'],
+                             participation_rate=0.1):
+      cell = fedpsd_tables.cell_dir('digits:shards=2', 0, 'fedavg')
+      os.makedirs(cell, exist_ok=True)
+      with open(os.path.join(cell, 'summary.json'), 'w') as f:
+        json.dump({'final_round': {'round': 2, key: 0.5}}, f)
+      fedpsd_tables.write_figures(['digits:shards=2'], [0])
+    assert titles['fig5_participation.png'] == ['digits:shards=2' + suffix]
