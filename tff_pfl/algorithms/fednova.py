@@ -28,8 +28,8 @@ as in FedAvg.
 
 a_i depends on the client optimizer's momentum, which is read off the
 optimizer (`momentum=None`, default) or, if given, checked against it. A
-client with non-finite training uploads zeros with weight 0. FedNova has no personalized model: clients are evaluated with the global
-model.
+client with non-finite training uploads zeros with weight 0. FedNova has
+no personalized model: clients are evaluated with the global model.
 """
 
 from typing import Any, NamedTuple, Optional
