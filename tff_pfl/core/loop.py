@@ -122,13 +122,17 @@ def evaluate_all(process: process_lib.PersonalizedProcess, server_state: Any,
   """Evaluates every client; returns summaries and per-client rows.
 
   Clients are evaluated `chunk_size` at a time, so that with a disk store
-  only that many client states are in memory at once.
+  only that many client states are in memory at once. A process whose
+  evaluation does not read client states (personalized model = global
+  model) is not given them.
   """
   client_ids = list(client_ids)
   stats = collections.OrderedDict()
   for start in range(0, len(client_ids), chunk_size):
     chunk = client_ids[start:start + chunk_size]
-    out = process.evaluate(server_state, store.get_many(chunk),
+    states = (store.get_many(chunk)
+              if process.evaluate_reads_client_states else None)
+    out = process.evaluate(server_state, states,
                            [dataset_fn(c, round_num, split) for c in chunk])
     for kind, values in out.items():
       stats.setdefault(kind, []).extend(values)

@@ -155,3 +155,54 @@ def test_local_eval_needs_a_method_reporting_local_models():
                                                   seed=0),
              rounds=1, store=client_state.MemoryStore(
                  process.initial_client_state), local_eval=True)
+
+
+class _CountingStore(client_state.MemoryStore):
+  """A memory store that records which clients' states were read."""
+
+  def __init__(self, initial_state_fn):
+    super().__init__(initial_state_fn)
+    self.reads = []
+
+  def get_many(self, client_ids):
+    self.reads.extend(client_ids)
+    return super().get_many(client_ids)
+
+
+def test_evaluation_reads_client_states_only_for_personalized_models():
+  spec = helpers.make_spec()
+  arrays = helpers.make_client_arrays(4)
+  dataset_fn = _dataset_fn(arrays)
+  optimizer = tff.learning.optimizers.build_sgdm(0.1)
+  summaries = {}
+  for name, build in (('fedavg', fedavg.build_fedavg),
+                      ('nofl', nofl.build_nofl)):
+    process = build(spec, initial_weights=spec.initial_weights(0),
+                    client_optimizer=optimizer)
+    store = _CountingStore(process.initial_client_state)
+    summaries[name], rows = loop.evaluate_all(
+        process, process.initialize(), store, IDS, dataset_fn, 'test', 0,
+        chunk_size=3)
+    assert [r['client'] for r in rows] == IDS
+    # FedAvg's personalized model is the global model: its evaluation
+    # takes no client states, and the store is not read.
+    assert process.evaluate_reads_client_states == (name == 'nofl')
+    assert store.reads == (IDS if name == 'nofl' else [])
+  data = [helpers.to_dataset(x, y) for x, y in arrays]
+  process = fedavg.build_fedavg(spec, initial_weights=spec.initial_weights(0),
+                                client_optimizer=optimizer)
+  state = process.initialize()
+  states = [process.initial_client_state(c) for c in IDS]
+  # The states, if given, are ignored; the result is the global model's.
+  with_states = process.evaluate(state, states, data)
+  without = process.evaluate(state, None, data)
+  assert list(with_states) == ['global']
+  for a, b in zip(with_states['global'], without['global']):
+    assert float(a['loss_sum']) == float(b['loss_sum'])
+  assert summaries['fedavg']['personal/accuracy_mean'] == summaries['fedavg'][
+      'global/accuracy_mean']
+  expected = np.mean([
+      np.trace(np.asarray(s['confusion'])) / float(s['num_examples'])
+      for s in without['global']])
+  np.testing.assert_allclose(summaries['fedavg']['global/accuracy_mean'],
+                             expected, rtol=1e-6)
