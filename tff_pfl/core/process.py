@@ -9,16 +9,22 @@ predictions, a control variate), so a `PersonalizedProcess` has
     next:       (<ServerState@SERVER, C@CLIENTS, {D*}@CLIENTS>
                  -> <server_state=ServerState@SERVER, client_states=C@CLIENTS,
                      metrics=M@SERVER>)
-    evaluate:   (<ServerState@SERVER, C@CLIENTS, {D*}@CLIENTS>
-                 -> <personal=E@CLIENTS[, global=E@CLIENTS]>)
+    evaluate:   Python function (server_state, client_states, client_data)
+                 -> <personal=E@CLIENTS[, global=E@CLIENTS]>
 
-(`evaluate` of a method whose personalized model is the global model, e.g.
-FedAvg, SCAFFOLD, FedCurv, is a Python function over the computation
-`(<ModelWeights@SERVER, {D*}@CLIENTS> -> <global=E@CLIENTS>)` that ignores
-the client states: `evaluate_reads_client_states` is False, and the driver
-does not load them. Passing FedCurv's two model-sized tensors a client into
-TFF cost ~4 s a client with 9M parameters, 100 s of a 25-client chunk
-against 1 s without them),
+`evaluate` passes only `server_state.global_model_weights` into TFF, never
+the rest of the server state, over the computation
+
+    (<ModelWeights@SERVER, C@CLIENTS, {D*}@CLIENTS>
+     -> <personal=E@CLIENTS[, global=E@CLIENTS]>)
+
+or, for a method whose personalized model is the global model (FedAvg,
+SCAFFOLD, FedCurv, ...), `(<ModelWeights@SERVER, {D*}@CLIENTS> ->
+<global=E@CLIENTS>)`, which ignores the client states:
+`evaluate_reads_client_states` is False and the driver does not load them.
+Passing FedCurv's two model-sized tensors a client into TFF cost ~4 s a
+client with 9M parameters, 100 s of a 25-client chunk against 1 s without
+them;
 
 and, for methods whose clients train one model of the spec (every method
 here but AFedCL), two computations for FedPSD's Eq. 10 metric (each sampled
@@ -397,8 +403,8 @@ def compose_personalized_process(
   del metrics_type
   has_global = aggregator is not None and client_work.global_model_evaluable
   evaluate_fn, eval_weights, reads_states = _build_evaluate(
-      spec, weights_type, data_type, state_type, server_state_type,
-      client_work, has_global=has_global)
+      spec, weights_type, data_type, state_type, client_work,
+      has_global=has_global)
 
   # Traced on first use only: most runs never evaluate local models, and
   # tracing two more computations costs every process build ~2 s.
@@ -452,8 +458,8 @@ def _has_local_model(local_model_type: tff.Type,
   return True
 
 
-def _build_evaluate(spec, weights_type, data_type, state_type,
-                    server_state_type, client_work, *, has_global):
+def _build_evaluate(spec, weights_type, data_type, state_type, client_work,
+                    *, has_global):
   """Evaluation of every given client's personal (and global) model.
 
   Returns `(evaluate, eval_global, reads_client_states)`.
@@ -488,38 +494,43 @@ def _build_evaluate(spec, weights_type, data_type, state_type,
                      'its personalized model (personal_weights or '
                      'personal_eval).')
 
-  if not has_personal:
-    # The personalized model is the global model: only the global weights
-    # go into TFF, not the client states or the rest of the server state
-    # (FedCurv's are model-sized; serializing them dominated evaluation).
-    @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
-                               tff.FederatedType(data_type, tff.CLIENTS))
-    def evaluate_global_fn(global_weights, client_data):
+  # Only the global weights go into TFF, never the rest of the server state
+  # (FedCurv's and SCAFFOLD's extras are model-sized), and client states
+  # only when the personalized model is built from them: serializing
+  # FedCurv's per-client Fisher terms dominated evaluation.
+  global_weights_type = tff.FederatedType(weights_type, tff.SERVER)
+  clients_data_type = tff.FederatedType(data_type, tff.CLIENTS)
+  if has_personal:
+
+    @tff.federated_computation(global_weights_type,
+                               tff.FederatedType(state_type, tff.CLIENTS),
+                               clients_data_type)
+    def evaluate_personal(global_weights, client_states, client_data):
       weights = tff.federated_broadcast(global_weights)
       out = collections.OrderedDict()
-      out['global'] = tff.federated_map(eval_global, (weights, client_data))
+      out['personal'] = tff.federated_map(
+          eval_personal, (weights, client_states, client_data))
+      if has_global:
+        out['global'] = tff.federated_map(eval_global, (weights, client_data))
       return out
 
     def evaluate_fn(server_state, client_states, client_data):
-      del client_states  # not read: see above
-      return evaluate_global_fn(server_state.global_model_weights,
-                                client_data)
+      return evaluate_personal(server_state.global_model_weights,
+                               client_states, client_data)
 
-    return evaluate_fn, eval_global, False
+    return evaluate_fn, eval_global, True
 
-  @tff.federated_computation(server_state_type,
-                             tff.FederatedType(state_type, tff.CLIENTS),
-                             tff.FederatedType(data_type, tff.CLIENTS))
+  @tff.federated_computation(global_weights_type, clients_data_type)
+  def evaluate_global(global_weights, client_data):
+    weights = tff.federated_broadcast(global_weights)
+    return collections.OrderedDict(
+        [('global', tff.federated_map(eval_global, (weights, client_data)))])
+
   def evaluate_fn(server_state, client_states, client_data):
-    weights = tff.federated_broadcast(server_state.global_model_weights)
-    out = collections.OrderedDict()
-    out['personal'] = tff.federated_map(
-        eval_personal, (weights, client_states, client_data))
-    if has_global:
-      out['global'] = tff.federated_map(eval_global, (weights, client_data))
-    return out
+    del client_states  # the personalized model is the global model
+    return evaluate_global(server_state.global_model_weights, client_data)
 
-  return evaluate_fn, eval_global, True
+  return evaluate_fn, eval_global, False
 
 
 def compose_with_global_model(
