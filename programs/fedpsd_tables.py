@@ -40,8 +40,8 @@ and a finished cell run with other values, or with another data, model or
 training setting, is refused, not reused. Each
 cell is a resumable run in `DIR/<setting>[_<variant>]/seed<seed>/<method>/`;
 a finished cell (its summary.json reports --rounds rounds and the Eq. 10
-metrics) is skipped, an unfinished one resumes from its newest checkpoint,
-and one finished before the local-model metrics existed recomputes its last
+metrics) is skipped, an unfinished one resumes from its newest checkpoint
+(written every --checkpoint_every rounds, by default --eval_every), and one finished before the local-model metrics existed recomputes its last
 rounds (`grid.needs_run`), so the program can be stopped and restarted at
 will. FedPSD's alpha = t / total_rounds, so its cells cannot run on to more
 rounds (the total rounds are part of its configuration): a finished one is
@@ -150,6 +150,12 @@ flags.DEFINE_enum('augment', 'auto', ['auto'] + list(experiment.AUGMENTATIONS),
 flags.DEFINE_integer('max_train_samples', None, 'Cap of training samples '
                      'per client (for quick runs; the paper uses all).')
 flags.DEFINE_integer('eval_every', 5, 'Evaluate all clients every N rounds.')
+flags.DEFINE_integer('checkpoint_every', None, 'Rounds between an unfinished '
+                     'cell\'s checkpoints (default: --eval_every). Not part '
+                     'of a cell\'s configuration: a cell resumes from its '
+                     'newest checkpoint whatever value wrote it. Shorter '
+                     'spacing loses less of a stopped long cell.',
+                     lower_bound=1)
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
 flags.DEFINE_integer('max_concurrent_clients', None, 'Cap on clients the '
                      'TFF worker trains at once (default: all of a round): '
@@ -248,7 +254,8 @@ def run_cells(setting, seeds, methods, variant='', **config_kwargs) -> None:
     for method in todo:
       out = cell_dir(setting, seed, method, variant)
       grid.run_cell(config, data, method, out,
-                    checkpoint_every=max(1, FLAGS.eval_every),
+                    checkpoint_every=(FLAGS.checkpoint_every
+                                      or max(1, FLAGS.eval_every)),
                     default_params=defaults(method),
                     store_dir=os.path.join(out, 'client_states'))
 
