@@ -41,7 +41,8 @@ training setting, is refused, not reused. Each
 cell is a resumable run in `DIR/<setting>[_<variant>]/seed<seed>/<method>/`;
 a finished cell (its summary.json reports --rounds rounds and the Eq. 10
 metrics) is skipped, an unfinished one resumes from its newest checkpoint
-(written every --checkpoint_every rounds, by default --eval_every), and one finished before the local-model metrics existed recomputes its last
+(written every --checkpoint_every rounds, by default --eval_every), and
+one finished before the local-model metrics existed recomputes its last
 rounds (`grid.needs_run`), so the program can be stopped and restarted at
 will. FedPSD's alpha = t / total_rounds, so its cells cannot run on to more
 rounds (the total rounds are part of its configuration): a finished one is
