@@ -26,7 +26,9 @@ Methods are names from `programs.run --list`, optionally with parameters:
 `DIR/<partition>_k<shots>[_<variant>]/seed<seed>/<method>/`; a finished
 cell (its summary.json reports --rounds rounds) is not run again, one with
 fewer rounds resumes and one run with another configuration is refused
-(`grid.needs_run`), so the program can be stopped and restarted at will.
+(`grid.needs_run`), so the program can be stopped and restarted at will;
+an unfinished cell checkpoints every --checkpoint_every rounds (by default
+--eval_every) and resumes from its newest checkpoint.
 Example (the paper's NEU-CLS rows; hours on 2 cores):
 
   python -m programs.afedcl_tables --dataset=neu_cls --data_dir=DATA \
@@ -96,6 +98,11 @@ flags.DEFINE_enum('optimizer', 'adam', ['adam', 'sgd'], 'Client optimizer.')
 flags.DEFINE_float('learning_rate', 1e-3, 'Client learning rate.')
 flags.DEFINE_float('afedcl_lambda', 0.1, 'AFedCL lambda for the table.')
 flags.DEFINE_integer('eval_every', 10, 'Evaluate every N rounds.')
+flags.DEFINE_integer('checkpoint_every', None, 'Rounds between an unfinished '
+                     'cell\'s checkpoints (default: --eval_every). Not part '
+                     'of a cell\'s configuration: a cell resumes from its '
+                     'newest checkpoint whatever value wrote it.',
+                     lower_bound=1)
 flags.DEFINE_string('output_dir', None, 'Where everything is written.')
 flags.DEFINE_integer('max_concurrent_clients', None, 'Cap on clients the '
                      'TFF worker trains at once (default: all of a round): '
@@ -198,7 +205,8 @@ def run_cell(config, data, method: str, out: str,
       hook(result, out)
 
   grid.run_cell(config, data, method, out,
-                checkpoint_every=max(1, FLAGS.eval_every),
+                checkpoint_every=(FLAGS.checkpoint_every
+                                  or max(1, FLAGS.eval_every)),
                 default_params=defaults(method, config.seed), after=after)
 
 

@@ -157,3 +157,14 @@ def test_fig9_writes_the_plotted_values_as_markdown(tmp_path):
   assert unknown.returncode != 0
   assert "Unknown data set 'neu'; known: [" in unknown.stdout
   assert not (tmp_path / 'never').exists()
+
+
+def test_checkpoint_spacing_is_a_flag_not_part_of_the_cell(tmp_path):
+  conftest.check_checkpoint_spacing(
+      'programs.afedcl_tables',
+      ['--dataset=digits', '--partitions=disjoint:3', '--shots=10',
+       '--seeds=0', '--methods=afedcl', '--ablation=', '--tsne_methods=',
+       '--sweep_methods=', '--local_epochs=1', '--model=mlp',
+       '--optimizer=sgd', '--learning_rate=0.05', '--eval_every=3',
+       f'--output_dir={tmp_path}'],
+      tmp_path / 'disjoint_3_k10' / 'seed0' / 'afedcl')

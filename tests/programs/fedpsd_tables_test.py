@@ -144,30 +144,14 @@ def test_grid_writes_tables_and_resumes(tmp_path):
 
 
 def test_checkpoint_spacing_is_a_flag_not_part_of_the_cell(tmp_path):
-  args = ['--settings=digits:shards=2', '--seeds=0', '--augment=none',
-          '--methods=fedavg', '--ablation_settings=', '--num_clients=6',
-          '--participation_rate=0.5', '--local_epochs=1', '--batch_size=10',
-          '--model=mlp', '--learning_rate=0.05', '--eval_every=3',
-          f'--output_dir={tmp_path}']
-  proc = _run(args + ['--rounds=3', '--checkpoint_every=1'])
-  assert proc.returncode == 0, proc.stdout[-3000:]
-  cell = tmp_path / 'digits_shards=2' / 'seed0' / 'fedavg'
-  # A checkpoint every round, of which the newest two are kept (with the
-  # default spacing, --eval_every=3, round 3 would be the only one).
-  assert sorted(os.listdir(cell / 'checkpoints')) == [
-      'round_000002', 'round_000003']
-  # Run on to round 4 with the default spacing: the cell resumes from the
-  # checkpoint the other spacing wrote (round 3) and trains round 4 only.
-  more = _run(args + ['--rounds=4'])
-  assert more.returncode == 0, more.stdout[-3000:]
-  assert re.search(r'^\S+ round 4/4: ', more.stdout, re.MULTILINE)
-  assert not re.search(r'^\S+ round [123]/4: ', more.stdout, re.MULTILINE)
-  assert list(pd.read_csv(cell / 'rounds.csv')['round']) == [1, 2, 3, 4]
-  assert sorted(os.listdir(cell / 'checkpoints')) == [
-      'round_000003', 'round_000004']
-  bad = _run(args + ['--rounds=3', '--checkpoint_every=0', '--write_only'])
-  assert bad.returncode != 0
-  assert 'checkpoint_every' in bad.stdout, bad.stdout[-2000:]
+  conftest.check_checkpoint_spacing(
+      'programs.fedpsd_tables',
+      ['--settings=digits:shards=2', '--seeds=0', '--augment=none',
+       '--methods=fedavg', '--ablation_settings=', '--num_clients=6',
+       '--participation_rate=0.5', '--local_epochs=1', '--batch_size=10',
+       '--model=mlp', '--learning_rate=0.05', '--eval_every=3',
+       f'--output_dir={tmp_path}'],
+      tmp_path / 'digits_shards=2' / 'seed0' / 'fedavg')
 
 
 def test_sweep_values_are_checked_and_no_setting_still_writes(tmp_path):
